@@ -1,0 +1,34 @@
+import { InvalidOptionError } from './errors.js';
+
+/**
+ * Schema names are interpolated into SQL text (PostgreSQL cannot bind identifiers), so they are
+ * validated against a strict pattern first and then quoted anyway. Lower case only: an unquoted
+ * mention in psql then names the same schema.
+ */
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+export const DEFAULT_SCHEMA = 'pgqueue';
+
+export function validateSchemaName(schema: unknown): string {
+  if (typeof schema !== 'string' || !SCHEMA_NAME.test(schema)) {
+    const shown = typeof schema === 'string' ? JSON.stringify(schema.slice(0, 80)) : typeof schema;
+    throw new InvalidOptionError(
+      'schema',
+      `${shown} is not an accepted schema name`,
+      'Use 1-63 characters: lower-case letters, digits and underscores, not starting with a digit (for example "pgqueue").',
+    );
+  }
+  return schema;
+}
+
+/** Quotes an identifier that has already passed validation. */
+export function quoteIdentifier(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+/** Queue names: what the jobs table's CHECK constraint accepts, checked before any SQL runs. */
+const QUEUE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
+
+export function isQueueName(name: unknown): name is string {
+  return typeof name === 'string' && QUEUE_NAME.test(name);
+}
