@@ -11,6 +11,13 @@
 -- claim nothing; the scheduler promotes due rows to 'pending' in bounded batches.
 CREATE TYPE job_status AS ENUM ('scheduled', 'pending', 'running', 'succeeded', 'dead', 'cancelled');
 
+-- Queues are declared (by a worker that handles them, or by a producer) before jobs are enqueued
+-- to them, so a mistyped queue name is an error at enqueue instead of a job nobody ever claims.
+CREATE TABLE queues (
+  name       text        PRIMARY KEY CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'),
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+
 CREATE TABLE jobs (
   id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   queue_name         text        NOT NULL CHECK (queue_name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'),

@@ -128,3 +128,17 @@ function checkedErrorCode(code: string | undefined, fallback: string): string {
 export function isErrorCode(value: unknown): value is string {
   return typeof value === 'string' && ERROR_CODE.test(value);
 }
+
+/**
+ * The reason a handler's `signal` was aborted. A handler that sees it should stop and throw
+ * (throwing the signal's reason is fine): the worker then records the failure, or releases the
+ * job at shutdown.
+ */
+export class JobAbortedError extends PgQueueError {
+  constructor(
+    readonly code: 'LEASE_EXPIRED' | 'MAX_RUNTIME' | 'SHUTDOWN' | 'LEASE_LOST' | 'CANCELLED',
+    message: string,
+  ) {
+    super(message);
+  }
+}

@@ -3,9 +3,10 @@ import { InvalidOptionError } from './errors.js';
 /**
  * Schema names are interpolated into SQL text (PostgreSQL cannot bind identifiers), so they are
  * validated against a strict pattern first and then quoted anyway. Lower case only: an unquoted
- * mention in psql then names the same schema.
+ * mention in psql then names the same schema. At most 57 characters, so that the NOTIFY channel
+ * derived from it (`<schema>:wake`) stays within PostgreSQL's 63-byte identifier limit.
  */
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,56}$/;
 
 export const DEFAULT_SCHEMA = 'pgqueue';
 
@@ -15,7 +16,7 @@ export function validateSchemaName(schema: unknown): string {
     throw new InvalidOptionError(
       'schema',
       `${shown} is not an accepted schema name`,
-      'Use 1-63 characters: lower-case letters, digits and underscores, not starting with a digit (for example "pgqueue").',
+      'Use 1-57 characters: lower-case letters, digits and underscores, not starting with a digit (for example "pgqueue").',
     );
   }
   return schema;
@@ -31,4 +32,9 @@ const QUEUE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
 
 export function isQueueName(name: unknown): name is string {
   return typeof name === 'string' && QUEUE_NAME.test(name);
+}
+
+/** The NOTIFY channel of a schema: enqueues and promotions wake that schema's workers only. */
+export function wakeChannel(schema: string): string {
+  return `${schema}:wake`;
 }

@@ -1,0 +1,172 @@
+import { performance } from 'node:perf_hooks';
+import { run, type Queryable } from './db.js';
+import { JobAbortedError, LeaseLostError, type FenceLossReason } from './errors.js';
+import type { EngineMetrics } from './metrics.js';
+import type { Queries } from './sql.js';
+import type { AbortCode, Job, JobContext } from './types.js';
+
+/** The row the claim statement returns. */
+export interface ClaimedRow {
+  id: string;
+  queue_name: string;
+  payload: unknown;
+  priority: number;
+  attempt_count: number;
+  max_attempts: number;
+  lease_token: string;
+  created_at: Date;
+  deadline_at: Date;
+  lease_ms_left: number;
+  lease_at_deadline: boolean;
+}
+
+export interface LeaseDeps {
+  readonly db: Queryable;
+  readonly queries: Queries;
+  readonly owner: string;
+  readonly metrics: EngineMetrics;
+}
+
+export interface LeaseTiming {
+  readonly leaseMs: number;
+  readonly abortMarginMs: number;
+}
+
+/** Loss codes the SQL reports (see `fenceLossCode` in sql.ts), as reasons. */
+export function fenceLossReason(code: string): FenceLossReason {
+  if (code === 'CANCELLED') return 'cancelled';
+  if (code === 'FINISHED') return 'finished';
+  return 'lease_lost';
+}
+
+/**
+ * One claimed attempt of a job, from the worker's side: its fencing token, the handler's abort
+ * signal, and a local view of when the lease ends.
+ *
+ * The local expiry is measured on the monotonic clock from a moment taken *before* the request
+ * that granted the lease was sent, so it can only be earlier than the database's expiry. The
+ * signal aborts a margin before that, so a handler that honours it stops while the lease is still
+ * ours. The database still decides every later write: the local clock only ever makes us give up
+ * sooner, never write later.
+ */
+export class Lease {
+  readonly job: Job;
+  readonly context: JobContext;
+  private readonly controller = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  private grantedAt: number;
+  private expiresAt: number;
+  private atDeadline: boolean;
+  private renewal: Promise<void> | undefined;
+  /** Set once a fenced write or heartbeat was refused: nothing more is written for this attempt. */
+  lost: FenceLossReason | undefined;
+
+  constructor(
+    row: ClaimedRow,
+    schema: string,
+    requestedAt: number,
+    private readonly timing: LeaseTiming,
+    private readonly deps: LeaseDeps,
+  ) {
+    this.job = {
+      id: row.id,
+      queue: row.queue_name,
+      payload: row.payload,
+      priority: row.priority,
+      attempt: row.attempt_count,
+      maxAttempts: row.max_attempts,
+      leaseToken: row.lease_token,
+      idempotencyKey: `${schema}:${row.queue_name}:${row.id}`,
+      createdAt: row.created_at,
+      deadlineAt: row.deadline_at,
+    };
+    this.grantedAt = requestedAt;
+    this.expiresAt = requestedAt + row.lease_ms_left;
+    this.atDeadline = row.lease_at_deadline;
+    const lease = this;
+    this.context = {
+      signal: this.controller.signal,
+      attempt: row.attempt_count,
+      token: row.lease_token,
+      heartbeat: () => lease.heartbeat(),
+    };
+    this.arm();
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  get abortCode(): AbortCode | undefined {
+    const reason: unknown = this.controller.signal.reason;
+    return reason instanceof JobAbortedError ? reason.code : undefined;
+  }
+
+  abort(code: AbortCode, message: string): void {
+    if (!this.controller.signal.aborted) this.controller.abort(new JobAbortedError(code, `Job ${this.job.id}: ${message}`));
+  }
+
+  /** Marks the fence as lost (a write was refused), counts it, and aborts the handler. */
+  markLost(reason: FenceLossReason, operation: 'complete' | 'fail' | 'heartbeat' | 'release'): void {
+    this.lost ??= reason;
+    this.deps.metrics.increment('lease_lost', { queue: this.job.queue, reason, operation });
+    this.deps.metrics.emit({ type: 'lease_lost', queue: this.job.queue, jobId: this.job.id, leaseToken: this.job.leaseToken, reason, operation });
+    this.abort(reason === 'cancelled' ? 'CANCELLED' : 'LEASE_LOST', `the worker no longer owns the job (${reason})`);
+  }
+
+  dispose(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /**
+   * Renews the lease after progress. Throttled: no write while at least half of the lease is left,
+   * and none once the lease already reaches the deadline (it cannot grow). Concurrent calls share
+   * one write. A database error is counted and swallowed: the local timer still protects the
+   * attempt, and a blip should not fail a job that is making progress.
+   */
+  async heartbeat(): Promise<void> {
+    if (this.controller.signal.aborted) throw this.controller.signal.reason;
+    if (this.atDeadline) return;
+    if (performance.now() - this.grantedAt < this.timing.leaseMs / 2) return;
+    this.renewal ??= this.renew().finally(() => {
+      this.renewal = undefined;
+    });
+    return this.renewal;
+  }
+
+  private async renew(): Promise<void> {
+    const { db, queries, owner, metrics } = this.deps;
+    const requestedAt = performance.now();
+    let row: { lease_ms_left: number | null; lease_at_deadline: boolean | null; loss: string } | undefined;
+    try {
+      [row] = await run(db, queries.heartbeat, [this.job.id, owner, this.job.leaseToken, this.timing.leaseMs]);
+    } catch (error) {
+      metrics.increment('heartbeat_failures', { queue: this.job.queue });
+      metrics.emit({ type: 'heartbeat_failed', queue: this.job.queue, jobId: this.job.id, error: (error as Error).message });
+      return;
+    }
+    if (row && row.lease_ms_left !== null) {
+      metrics.increment('heartbeats', { queue: this.job.queue });
+      this.grantedAt = requestedAt;
+      this.expiresAt = requestedAt + row.lease_ms_left;
+      this.atDeadline = row.lease_at_deadline === true;
+      this.arm();
+      return;
+    }
+    const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+    this.markLost(reason, 'heartbeat');
+    throw new LeaseLostError(this.job.id, this.job.leaseToken, reason);
+  }
+
+  private arm(): void {
+    this.dispose();
+    if (this.controller.signal.aborted) return;
+    const delay = Math.max(0, this.expiresAt - this.timing.abortMarginMs - performance.now());
+    this.timer = setTimeout(() => {
+      if (this.atDeadline) this.abort('MAX_RUNTIME', 'the attempt reached its maximum runtime');
+      else this.abort('LEASE_EXPIRED', 'the lease is about to expire and the handler has not reported progress');
+    }, delay);
+    this.timer.unref();
+  }
+}

@@ -1,0 +1,99 @@
+import { isErrorCode, PermanentJobError, RetryableJobError } from './errors.js';
+import type { AbortCode, BackoffOptions } from './types.js';
+
+/**
+ * Failure classification and backoff. A failure is classified before anything is retried:
+ * - permanent (`PermanentJobError`): the job cannot succeed as it is, so it is dead at once;
+ * - transient (`RetryableJobError`, or the worker's own aborts: lease expiring, maximum runtime):
+ *   retried with backoff until max attempts, honouring a retry-after the error carries;
+ * - unknown (anything else, including non-Error throws): retried, but only within a small budget,
+ *   because an error nobody anticipated is as likely a bug as a blip.
+ */
+export type FailureClass = 'permanent' | 'transient' | 'unknown';
+
+export interface ClassifiedFailure {
+  readonly class: FailureClass;
+  readonly code: string;
+  /** Bounded and single-line; never a stack trace (stacks carry paths and, often, secrets). */
+  readonly message: string;
+  readonly retryAfterMs: number | undefined;
+}
+
+export const ERROR_MESSAGE_MAX_LENGTH = 1000;
+
+export function classifyFailure(thrown: unknown, abortCode?: AbortCode): ClassifiedFailure {
+  if (thrown instanceof PermanentJobError) {
+    return { class: 'permanent', code: thrown.code, message: boundedMessage(thrown.message), retryAfterMs: undefined };
+  }
+  if (thrown instanceof RetryableJobError) {
+    return { class: 'transient', code: thrown.code, message: boundedMessage(thrown.message), retryAfterMs: thrown.retryAfterMs };
+  }
+  if (abortCode === 'LEASE_EXPIRED' || abortCode === 'MAX_RUNTIME') {
+    // The worker aborted the handler itself: what failed is time, which is worth another attempt.
+    const why = abortCode === 'MAX_RUNTIME' ? 'the attempt reached its maximum runtime' : 'the lease was about to expire without a heartbeat';
+    return { class: 'transient', code: abortCode, message: boundedMessage(`${why}: ${messageOf(thrown)}`), retryAfterMs: undefined };
+  }
+  if (thrown instanceof Error) {
+    const code = (thrown as { code?: unknown }).code;
+    return {
+      class: 'unknown',
+      code: isErrorCode(code) ? code : 'UNKNOWN',
+      message: boundedMessage(`${thrown.name}: ${thrown.message}`),
+      retryAfterMs: undefined,
+    };
+  }
+  return {
+    class: 'unknown',
+    code: 'NON_ERROR_THROWN',
+    message: boundedMessage(`the handler threw a non-Error value (${typeof thrown}): ${messageOf(thrown)}; throw an Error subclass instead`),
+    retryAfterMs: undefined,
+  };
+}
+
+export interface RetryDecision {
+  readonly dead: boolean;
+  /** Delay before the next attempt, when not dead. */
+  readonly delayMs: number;
+}
+
+/**
+ * Dead when the failure is permanent, when attempts are exhausted, or when an unknown failure has
+ * used its budget; otherwise a delay: the error's retry-after if it set one, else backoff.
+ */
+export function decideRetry(
+  failure: ClassifiedFailure,
+  attempt: number,
+  maxAttempts: number,
+  unknownErrorAttempts: number,
+  backoff: BackoffOptions,
+  random: () => number = Math.random,
+): RetryDecision {
+  const budget = failure.class === 'unknown' ? Math.min(maxAttempts, unknownErrorAttempts) : maxAttempts;
+  if (failure.class === 'permanent' || attempt >= budget) return { dead: true, delayMs: 0 };
+  return { dead: false, delayMs: failure.retryAfterMs ?? backoffDelayMs(attempt, backoff, random) };
+}
+
+/**
+ * Exponential backoff with full jitter: uniform in [0, min(max, base * 2^(attempt - 1))]. Full
+ * jitter spreads a burst of failures (a dependency outage) over the whole window instead of
+ * retrying them in lockstep. The reaper computes the same formula in SQL.
+ */
+export function backoffDelayMs(attempt: number, backoff: BackoffOptions, random: () => number = Math.random): number {
+  const cap = Math.min(backoff.maxMs, backoff.baseMs * 2 ** Math.max(attempt - 1, 0));
+  return Math.floor(random() * cap);
+}
+
+function messageOf(value: unknown): string {
+  if (value instanceof Error) return value.message;
+  if (typeof value === 'string') return value;
+  try {
+    return String(value);
+  } catch {
+    return Object.prototype.toString.call(value);
+  }
+}
+
+function boundedMessage(text: string): string {
+  const oneLine = text.replace(/\s+/g, ' ').trim();
+  return oneLine.length > ERROR_MESSAGE_MAX_LENGTH ? `${oneLine.slice(0, ERROR_MESSAGE_MAX_LENGTH - 1)}…` : oneLine;
+}

@@ -1,0 +1,84 @@
+import { requireInteger, withDefaults } from './config.js';
+import { run, type Queryable } from './db.js';
+import type { EngineLogger } from './logger.js';
+import { PeriodicRunner } from './service.js';
+import type { Queries } from './sql.js';
+
+export interface SchedulerConfig {
+  /** Longest sleep between passes; a pass also runs when the next scheduled job falls due. */
+  intervalMs: number;
+  /** Jobs promoted per statement. */
+  batchSize: number;
+  /** Batches per pass, so a pass stays short however many jobs fall due at once. */
+  maxBatchesPerPass: number;
+}
+
+export const SCHEDULER_DEFAULTS: SchedulerConfig = { intervalMs: 1_000, batchSize: 1_000, maxBatchesPerPass: 10 };
+
+/**
+ * Promotes due jobs from 'scheduled' to 'pending'. Delayed jobs and retries waiting out their
+ * backoff live in 'scheduled', outside the claimable index, so a million of them cost a claim
+ * nothing; this service moves each one once, in bounded batches, when it falls due, and wakes the
+ * queue's workers. It sleeps until the next due job (or the interval), and a NOTIFY from an
+ * enqueue of a scheduled job wakes it early. Safe in many processes at once (SKIP LOCKED).
+ */
+export class Scheduler {
+  readonly config: SchedulerConfig;
+  private readonly runner: PeriodicRunner;
+  private nextDelayMs: number;
+
+  constructor(
+    private readonly db: Queryable,
+    private readonly queries: Queries,
+    private readonly channel: string,
+    private readonly logger: EngineLogger,
+    config?: Partial<SchedulerConfig>,
+  ) {
+    this.config = withDefaults(SCHEDULER_DEFAULTS, config);
+    requireInteger('scheduler.intervalMs', this.config.intervalMs, 5);
+    requireInteger('scheduler.batchSize', this.config.batchSize, 1, 100_000);
+    requireInteger('scheduler.maxBatchesPerPass', this.config.maxBatchesPerPass, 1, 10_000);
+    this.nextDelayMs = this.config.intervalMs;
+    this.runner = new PeriodicRunner(
+      () => this.runOnce(),
+      () => this.nextDelayMs,
+      (error) => {
+        this.nextDelayMs = this.config.intervalMs;
+        this.logger.error(`Scheduler pass failed: ${(error as Error).message}`);
+      },
+    );
+  }
+
+  /** One bounded pass; returns how many jobs were promoted. */
+  async runOnce(): Promise<number> {
+    let promoted = 0;
+    for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
+      const rows = await run<{ queue_name: string; promoted: number }>(this.db, this.queries.promoteScheduled, [
+        this.config.batchSize,
+        this.channel,
+      ]);
+      const count = rows.reduce((sum, row) => sum + row.promoted, 0);
+      promoted += count;
+      if (count < this.config.batchSize) {
+        const [next] = await run<{ ms_left: number }>(this.db, this.queries.nextScheduledInMs, []);
+        this.nextDelayMs = next ? Math.min(this.config.intervalMs, Math.max(1, Math.ceil(next.ms_left))) : this.config.intervalMs;
+        return promoted;
+      }
+    }
+    this.nextDelayMs = 0; // the pass hit its bound with work left: continue right away
+    return promoted;
+  }
+
+  /** A job was scheduled somewhere: recompute when the next one falls due. */
+  wake(): void {
+    this.runner.trigger();
+  }
+
+  start(): void {
+    this.runner.start();
+  }
+
+  stop(): Promise<void> {
+    return this.runner.stop();
+  }
+}

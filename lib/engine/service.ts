@@ -1,0 +1,60 @@
+/**
+ * A periodic maintenance pass with River's lifecycle shape: `start()` runs the pass every
+ * interval until `stop()`; `stop()` is soft (the current pass finishes). The pass itself is a
+ * public method of each service, so a host (tests, or Nest's SchedulerRegistry) can drive it
+ * instead of this timer. Passes never overlap.
+ */
+export class PeriodicRunner {
+  private timer: NodeJS.Timeout | undefined;
+  private current: Promise<unknown> | undefined;
+  private stopped = true;
+  /** A trigger arrived during a pass: run again as soon as it ends. */
+  private again = false;
+
+  constructor(
+    private readonly pass: () => Promise<unknown>,
+    private readonly nextDelayMs: () => number,
+    private readonly onError: (error: unknown) => void,
+  ) {}
+
+  get running(): boolean {
+    return !this.stopped;
+  }
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  /** Runs a pass now, or right after the one in progress. */
+  trigger(): void {
+    if (this.stopped) return;
+    if (this.current) {
+      this.again = true;
+      return;
+    }
+    clearTimeout(this.timer);
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.current;
+  }
+
+  private schedule(delayMs: number): void {
+    this.timer = setTimeout(() => {
+      this.current = this.pass()
+        .catch(this.onError)
+        .finally(() => {
+          this.current = undefined;
+          const again = this.again;
+          this.again = false;
+          if (!this.stopped) this.schedule(again ? 0 : this.nextDelayMs());
+        });
+    }, delayMs);
+    this.timer.unref();
+  }
+}

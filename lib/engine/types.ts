@@ -1,0 +1,78 @@
+import type { FenceLossReason } from './errors.js';
+
+/** States of a job. `scheduled` is pending work that is not due yet. */
+export type JobStatus = 'scheduled' | 'pending' | 'running' | 'succeeded' | 'dead' | 'cancelled';
+
+/** What a handler receives: one claimed attempt of a job. */
+export interface Job<T = unknown> {
+  /** PostgreSQL `bigint`, as a string. */
+  readonly id: string;
+  readonly queue: string;
+  readonly payload: T;
+  readonly priority: number;
+  /** 1 on the first attempt; replays and shutdown releases give attempts back. */
+  readonly attempt: number;
+  readonly maxAttempts: number;
+  /** The fencing token of this claim: grows with every claim, never reset. */
+  readonly leaseToken: string;
+  /**
+   * Stable across attempts and replays (`<schema>:<queue>:<id>`): pass it to every external system
+   * that deduplicates (payment APIs, mail providers, webhooks), so a retried side effect happens once.
+   */
+  readonly idempotencyKey: string;
+  readonly createdAt: Date;
+  /** When this attempt must end at the latest (the maximum runtime); no heartbeat extends past it. */
+  readonly deadlineAt: Date;
+}
+
+/** Why a handler's signal was aborted. */
+export type AbortCode = 'LEASE_EXPIRED' | 'MAX_RUNTIME' | 'SHUTDOWN' | 'LEASE_LOST' | 'CANCELLED';
+
+export interface JobContext {
+  /** Aborted before the lease can expire, at the maximum runtime, on shutdown, or when the fence is lost. */
+  readonly signal: AbortSignal;
+  readonly attempt: number;
+  /** The lease token (fencing token) of this attempt. */
+  readonly token: string;
+  /**
+   * Report progress: renews the lease (throttled: no write while most of it is left), never past the
+   * job's deadline. Call it after real progress, not on a timer. Rejects with `LeaseLostError` when
+   * the worker no longer owns the job (and aborts `signal`).
+   */
+  heartbeat(): Promise<void>;
+}
+
+export type JobHandlerFn<T = unknown> = (job: Job<T>, ctx: JobContext) => unknown;
+
+export interface BackoffOptions {
+  /** Cap of the first retry's delay; each later attempt doubles the cap. */
+  baseMs: number;
+  /** No retry waits longer than this. */
+  maxMs: number;
+}
+
+/** Per-queue handler configuration. Every field has a default (see `HANDLER_DEFAULTS`). */
+export interface HandlerOptions {
+  /** Handlers of this queue running at once in this process. */
+  concurrency: number;
+  /** Jobs claimed beyond the free slots, to keep slots busy between claims. Their leases run while they wait. */
+  prefetch: number;
+  /** Length of a lease; a heartbeat renews it to this length again. */
+  leaseMs: number;
+  /** The hard limit of one attempt (used when the job was enqueued without one). */
+  maxRuntimeMs: number;
+  /** Attempts before a job is dead (used when the job was enqueued without a value). */
+  maxAttempts: number;
+  /** How many attempts an error that is neither permanent nor retryable gets, at most. */
+  unknownErrorAttempts: number;
+  backoff: BackoffOptions;
+  /** The handler's signal aborts this long before the lease would expire in the database. */
+  abortMarginMs: number | undefined;
+}
+
+/** A fenced write was refused; what the worker knows about why. */
+export interface FenceLoss {
+  readonly jobId: string;
+  readonly leaseToken: string;
+  readonly reason: FenceLossReason;
+}
