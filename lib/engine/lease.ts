@@ -32,6 +32,13 @@ export interface LeaseTiming {
   readonly abortMarginMs: number;
 }
 
+/**
+ * A heartbeat writes only once this fraction (1/3) of the lease has passed since the last grant:
+ * frequent progress reports cost no writes, and a handler that reports progress at least every
+ * two thirds of a lease (minus the abort margin) never loses it.
+ */
+const HEARTBEAT_WRITE_AFTER_FRACTION = 3;
+
 /** Loss codes the SQL reports (see `fenceLossCode` in sql.ts), as reasons. */
 export function fenceLossReason(code: string): FenceLossReason {
   if (code === 'CANCELLED') return 'cancelled';
@@ -120,7 +127,7 @@ export class Lease {
   }
 
   /**
-   * Renews the lease after progress. Throttled: no write while at least half of the lease is left,
+   * Renews the lease after progress. Throttled: no write until a third of the lease has passed,
    * and none once the lease already reaches the deadline (it cannot grow). Concurrent calls share
    * one write. A database error is counted and swallowed: the local timer still protects the
    * attempt, and a blip should not fail a job that is making progress.
@@ -128,7 +135,7 @@ export class Lease {
   async heartbeat(): Promise<void> {
     if (this.controller.signal.aborted) throw this.controller.signal.reason;
     if (this.atDeadline) return;
-    if (performance.now() - this.grantedAt < this.timing.leaseMs / 2) return;
+    if (performance.now() - this.grantedAt < this.timing.leaseMs / HEARTBEAT_WRITE_AFTER_FRACTION) return;
     this.renewal ??= this.renew().finally(() => {
       this.renewal = undefined;
     });

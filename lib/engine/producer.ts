@@ -174,7 +174,7 @@ export function serializePayload(payload: unknown, where: string): string {
     if (value instanceof Map || value instanceof Set) throw fail(path, `a ${value.constructor.name} (use an array or a plain object)`);
     stack.push(value);
     if (Array.isArray(value)) value.forEach((item, i) => visit(item, `${path}[${i}]`));
-    else for (const [key, item] of Object.entries(value)) visit(item, `${path}.${key}`);
+    else for (const [key, item] of Object.entries(value as object)) visit(item, `${path}.${key}`);
     stack.pop();
   };
   visit(payload, '$');

@@ -91,8 +91,9 @@ export function createQueries(schemaName: string): Queries {
       'enqueue',
       `WITH input AS (
          SELECT t.*, coalesce(t.at, now() + ${ms('coalesce(t.d, 0)')}) AS available_at
-         FROM jsonb_to_recordset($1::jsonb) WITH ORDINALITY
-           AS t(q text, p jsonb, pr integer, at timestamptz, d bigint, ma integer, mr integer, ord bigint)
+         FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
+                AS (q text, p jsonb, pr integer, at timestamptz, d bigint, ma integer, mr integer))
+              WITH ORDINALITY AS t(q, p, pr, at, d, ma, mr, ord)
        ), inserted AS (
          INSERT INTO ${jobs} (queue_name, payload, priority, status, available_at, max_attempts, max_runtime_ms)
          SELECT q, p, pr, CASE WHEN available_at > now() THEN 'scheduled'::${status} ELSE 'pending'::${status} END,

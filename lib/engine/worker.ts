@@ -61,6 +61,12 @@ export interface WorkerDeps {
   readonly pollIntervalMs: number;
   /** Shutdown releases that give the attempt back before releases start to count as attempts. */
   readonly maxFreeReleases: number;
+  /**
+   * After a claim that drained the queue, wake-ups within this window wait for its end and share
+   * one claim: a stream of NOTIFYs costs at most one claim per window, while an idle worker still
+   * claims at once.
+   */
+  readonly wakeCooldownMs: number;
 }
 
 export interface WorkerHooks {
@@ -85,6 +91,10 @@ export class Worker {
   private readonly writes = new Set<Promise<unknown>>();
   /** A claim may find work: set by start, wake-ups, polls and full batches; cleared by a short batch. */
   private moreWork = true;
+  /** Counts wake-ups, so one that arrives while a claim is in flight is not lost when it returns. */
+  private wakeups = 0;
+  /** When the last claim that came back short was sent (monotonic ms). */
+  private lastShortClaimAt = Number.NEGATIVE_INFINITY;
   private nudge: (() => void) | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private loop: Promise<void> | undefined;
@@ -119,6 +129,7 @@ export class Worker {
 
   /** Something may be claimable (a NOTIFY, a poll, a promotion). Cheap; bursts coalesce. */
   wake(): void {
+    this.wakeups += 1;
     this.moreWork = true;
     this.poke();
   }
@@ -170,7 +181,10 @@ export class Worker {
       const room = target - this.inFlight;
       const slotsIdle = this.running.size < concurrency && this.buffered.length === 0;
       if (this.moreWork && room > 0 && (room >= minBatch || slotsIdle)) {
-        await this.claim(room);
+        const cooldownLeft = this.lastShortClaimAt + this.deps.wakeCooldownMs - performance.now();
+        if (cooldownLeft > 0) await new Promise((resolve) => setTimeout(resolve, cooldownLeft));
+        if (this.state !== 'running') break;
+        await this.claim(target - this.inFlight);
         continue;
       }
       await new Promise<void>((resolve) => {
@@ -182,6 +196,7 @@ export class Worker {
   private async claim(limit: number): Promise<void> {
     const { leaseMs, maxRuntimeMs, maxAttempts, backoff } = this.options;
     const requestedAt = performance.now();
+    const wakeupsBefore = this.wakeups;
     let rows: ClaimedRow[];
     try {
       rows = await run<ClaimedRow>(this.deps.db, this.deps.queries.claim, [
@@ -196,12 +211,13 @@ export class Worker {
       ]);
     } catch (error) {
       this.deps.logger.error(`Claim on queue "${this.queue}" failed: ${(error as Error).message}. Retrying at the next poll.`);
-      this.moreWork = false;
+      this.moreWork = this.wakeups !== wakeupsBefore;
       return;
     } finally {
       this.deps.metrics.increment('claim_queries', { queue: this.queue });
     }
-    this.moreWork = rows.length === limit;
+    if (rows.length < limit) this.lastShortClaimAt = requestedAt;
+    this.moreWork = rows.length === limit || this.wakeups !== wakeupsBefore;
     this.hooks.claimed?.(rows.length);
     for (const row of rows) {
       const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs: this.abortMarginMs }, this.deps);

@@ -1,0 +1,346 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import pg from 'pg';
+import { Completer, type CompleterConfig } from './completer.js';
+import { requireInteger, requireString } from './config.js';
+import { run } from './db.js';
+import { InvalidOptionError } from './errors.js';
+import { DEFAULT_SCHEMA, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
+import { consoleLogger, type EngineLogger } from './logger.js';
+import { EngineMetrics } from './metrics.js';
+import { migrate, MIGRATION_MODE_DEFAULT, type MigrationMode, type MigrationReport } from './migrator.js';
+import { Notifier, type NotifierConfig } from './notifier.js';
+import { MAX_PAYLOAD_BYTES_DEFAULT, Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
+import { Reaper, type ReaperConfig } from './reaper.js';
+import { Scheduler, type SchedulerConfig } from './scheduler.js';
+import { createQueries, type Queries } from './sql.js';
+import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
+import { HANDLER_DEFAULTS, resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
+
+export interface PgQueueOptions {
+  /** Where the queue's tables live. Give one of `connectionString` or `pool`. */
+  connectionString?: string;
+  /** An existing pool: the queue uses it and never closes it. */
+  pool?: pg.Pool;
+  /** Size of the pool the queue creates from `connectionString`. */
+  poolSize?: number;
+  /**
+   * A direct (not transaction-pooled) connection string for the one LISTEN connection, when the
+   * main one goes through PgBouncer in transaction mode. Defaults to the main connection.
+   */
+  listenConnectionString?: string;
+  schema?: string;
+  /** This process's identity in `lease_owner`; default `host:pid:random`. Must be unique per process. */
+  workerId?: string;
+  migrations?: MigrationMode;
+  /** Defaults for every handler in this process; each handler may override them. */
+  handlerDefaults?: Partial<HandlerOptions>;
+  /** Claim again this often without a wake-up (NOTIFY is only an optimisation). */
+  pollIntervalMs?: number;
+  /** Wake-ups right after a claim that drained the queue share one claim within this window. */
+  wakeCooldownMs?: number;
+  maxPayloadBytes?: number;
+  /** Shutdown releases that give a job's attempt back before they start to count. */
+  maxFreeReleases?: number;
+  reaper?: Partial<ReaperConfig>;
+  scheduler?: Partial<SchedulerConfig>;
+  notifier?: Partial<NotifierConfig>;
+  completer?: Partial<CompleterConfig>;
+  logger?: EngineLogger;
+}
+
+export interface StartOptions {
+  /**
+   * Run the reaper on its own timer (default). A host that schedules `reapOnce()` itself (the Nest
+   * module registers it with SchedulerRegistry) passes false, so only one timer ever runs it.
+   */
+  reaperTimer?: boolean;
+  /** Start workers for the registered handlers (default). False: an enqueue-only process. */
+  workers?: boolean;
+}
+
+export interface JobRecord<T = unknown> {
+  id: string;
+  queue: string;
+  payload: T;
+  status: JobStatus;
+  priority: number;
+  availableAt: Date;
+  attemptCount: number;
+  maxAttempts: number | null;
+  leaseOwner: string | null;
+  leaseToken: string;
+  leaseExpiresAt: Date | null;
+  deadlineAt: Date | null;
+  claimedAt: Date | null;
+  heartbeatAt: Date | null;
+  releaseCount: number;
+  lastErrorCode: string | null;
+  lastErrorMessage: string | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+export interface JobEventRecord {
+  id: string;
+  at: Date;
+  kind: string;
+  fromStatus: JobStatus | null;
+  toStatus: JobStatus | null;
+  attempt: number | null;
+  leaseToken: string | null;
+  worker: string | null;
+  errorCode: string | null;
+  message: string | null;
+}
+
+export const POLL_INTERVAL_DEFAULT_MS = 2_000;
+export const WAKE_COOLDOWN_DEFAULT_MS = 5;
+export const POOL_SIZE_DEFAULT = 10;
+export const MAX_FREE_RELEASES_DEFAULT = 3;
+/** NOTIFY payload that wakes schedulers (queue names cannot start with '*'). */
+const SCHEDULER_TOPIC = '*scheduled';
+
+/**
+ * The framework-free queue: enqueue, handlers, and the services that keep the state machine
+ * moving (workers, reaper, scheduler, notifier). The Nest module is a thin layer over this class;
+ * tests and benchmarks use it directly.
+ */
+export class PgQueue {
+  readonly schema: string;
+  readonly workerId: string;
+  readonly pool: pg.Pool;
+  readonly metrics = new EngineMetrics();
+  readonly reaper: Reaper;
+  readonly scheduler: Scheduler;
+  readonly notifier: Notifier;
+  private readonly queries: Queries;
+  private readonly ownsPool: boolean;
+  private readonly producer: Producer;
+  private readonly completer: Completer;
+  private readonly handlerDefaults: HandlerOptions;
+  private readonly handlers = new Map<string, { handler: JobHandlerFn<never>; options: HandlerOptions; hooks: WorkerHooks }>();
+  private readonly workers = new Map<string, Worker>();
+  private readonly knownQueues = new Set<string>();
+  private readonly unsubscribe: (() => void)[] = [];
+  private readonly logger: EngineLogger;
+  private readonly migrationMode: MigrationMode;
+  private readonly pollIntervalMs: number;
+  private readonly wakeCooldownMs: number;
+  private readonly maxFreeReleases: number;
+  private state: 'new' | 'started' | 'stopped' = 'new';
+
+  constructor(options: PgQueueOptions) {
+    if (options === null || typeof options !== 'object') {
+      throw new InvalidOptionError('options', 'missing', 'Pass { connectionString } or { pool }.');
+    }
+    if ((options.connectionString === undefined) === (options.pool === undefined)) {
+      throw new InvalidOptionError(
+        options.pool ? 'pool' : 'connectionString',
+        options.pool ? 'both pool and connectionString are set' : 'neither connectionString nor pool is set',
+        'Give exactly one: a connection string (the queue then owns its pool) or an existing pg.Pool.',
+      );
+    }
+    if (options.connectionString !== undefined) requireString('connectionString', options.connectionString);
+    if (options.pool !== undefined && !(options.pool instanceof pg.Pool)) {
+      throw new InvalidOptionError('pool', 'it is not a pg.Pool', 'Pass a Pool from the "pg" package, or a connectionString.');
+    }
+    this.logger = options.logger ?? consoleLogger;
+    this.schema = validateSchemaName(options.schema ?? DEFAULT_SCHEMA);
+    this.workerId = requireString(
+      'workerId',
+      options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
+      /^[\x21-\x7e]{1,200}$/,
+      'Use 1-200 printable ASCII characters without spaces, unique per process.',
+    );
+    this.migrationMode = options.migrations ?? MIGRATION_MODE_DEFAULT;
+    this.pollIntervalMs = requireInteger('pollIntervalMs', options.pollIntervalMs ?? POLL_INTERVAL_DEFAULT_MS, 10);
+    this.wakeCooldownMs = requireInteger('wakeCooldownMs', options.wakeCooldownMs ?? WAKE_COOLDOWN_DEFAULT_MS, 0, 10_000);
+    this.maxFreeReleases = requireInteger('maxFreeReleases', options.maxFreeReleases ?? MAX_FREE_RELEASES_DEFAULT, 0);
+    const maxPayloadBytes = requireInteger('maxPayloadBytes', options.maxPayloadBytes ?? MAX_PAYLOAD_BYTES_DEFAULT, 2, 64 * 1024 * 1024);
+    this.handlerDefaults = resolveHandlerOptions('handlerDefaults', options.handlerDefaults, HANDLER_DEFAULTS);
+
+    this.ownsPool = options.pool === undefined;
+    this.pool =
+      options.pool ??
+      new pg.Pool({
+        connectionString: options.connectionString,
+        max: requireInteger('poolSize', options.poolSize ?? POOL_SIZE_DEFAULT, 2, 1_000),
+        application_name: 'nestjs-pg-queue',
+      });
+    if (this.ownsPool) this.pool.on('error', (error) => this.logger.warn(`Idle pool connection failed: ${error.message}`));
+
+    this.queries = createQueries(this.schema);
+    const channel = wakeChannel(this.schema);
+    const listenConfig: pg.ClientConfig = options.listenConnectionString
+      ? { connectionString: requireString('listenConnectionString', options.listenConnectionString), application_name: 'nestjs-pg-queue:listen' }
+      : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
+    this.notifier = new Notifier(listenConfig, channel, this.logger, options.notifier);
+    this.scheduler = new Scheduler(this.pool, this.queries, channel, this.logger, options.scheduler);
+    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, options.reaper, () => this.scheduler.wake());
+    this.completer = new Completer(this.pool, this.queries, this.workerId, options.completer);
+    this.producer = new Producer({
+      db: this.pool,
+      queries: this.queries,
+      channel,
+      maxPayloadBytes,
+      schedulerTopic: SCHEDULER_TOPIC,
+      isKnownQueue: (queue) => this.isKnownQueue(queue),
+    });
+  }
+
+  /** Applies (or verifies) the migrations according to the `migrations` option. */
+  migrate(): Promise<MigrationReport> {
+    return migrate(this.pool, { schema: this.schema, mode: this.migrationMode, logger: this.logger });
+  }
+
+  /** Declares queues so producers may enqueue to them before any worker has started. */
+  async declareQueues(queues: readonly string[]): Promise<void> {
+    for (const queue of queues) {
+      if (!isQueueName(queue)) {
+        throw new InvalidOptionError('queue', `${JSON.stringify(String(queue).slice(0, 80))} is not a valid queue name`, 'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.');
+      }
+    }
+    if (queues.length === 0) return;
+    await run(this.pool, this.queries.declareQueues, [[...queues]]);
+    for (const queue of queues) this.knownQueues.add(queue);
+  }
+
+  /** Registers the handler of a queue (one per queue per process). Call before `start()`. */
+  work<T>(queue: string, handler: JobHandlerFn<T>, options?: Partial<HandlerOptions>, hooks: WorkerHooks = {}): void {
+    if (!isQueueName(queue)) {
+      throw new InvalidOptionError('queue', `${JSON.stringify(String(queue).slice(0, 80))} is not a valid queue name`, 'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.');
+    }
+    if (typeof handler !== 'function') throw new InvalidOptionError(`${queue}.handler`, 'it is not a function', 'Pass (job, ctx) => Promise.');
+    if (this.handlers.has(queue)) {
+      throw new InvalidOptionError('queue', `queue "${queue}" already has a handler in this process`, 'Register one handler per queue.');
+    }
+    if (this.state !== 'new') throw new InvalidOptionError('queue', `"${queue}" was registered after start()`, 'Register handlers before start().');
+    this.handlers.set(queue, { handler: handler as JobHandlerFn<never>, options: resolveHandlerOptions(queue, options, this.handlerDefaults), hooks });
+  }
+
+  /** Migrates (per mode), declares the handlers' queues, and starts the services. */
+  async start(options: StartOptions = {}): Promise<void> {
+    if (this.state !== 'new') throw new InvalidOptionError('start', `the queue is ${this.state}`, 'Create a new PgQueue to start again.');
+    this.state = 'started';
+    await this.migrate();
+    const withWorkers = options.workers ?? true;
+    if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
+    await this.notifier.start();
+    this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
+    this.scheduler.start();
+    if (options.reaperTimer ?? true) this.reaper.start();
+    if (!withWorkers) return;
+    for (const [queue, { handler, options: handlerOptions, hooks }] of this.handlers) {
+      const worker = new Worker(
+        queue,
+        handler,
+        handlerOptions,
+        {
+          db: this.pool,
+          queries: this.queries,
+          owner: this.workerId,
+          completer: this.completer,
+          metrics: this.metrics,
+          logger: this.logger,
+          pollIntervalMs: this.pollIntervalMs,
+          maxFreeReleases: this.maxFreeReleases,
+          wakeCooldownMs: this.wakeCooldownMs,
+        },
+        hooks,
+      );
+      this.workers.set(queue, worker);
+      this.unsubscribe.push(this.notifier.subscribe(queue, () => worker.wake()));
+      worker.start();
+    }
+  }
+
+  /**
+   * Graceful stop: no new claims; running handlers get `timeoutMs` to finish, then their signals
+   * abort and unfinished jobs are released (fenced) back to pending; then the services stop and
+   * an owned pool closes.
+   */
+  async stop(timeoutMs = 10_000): Promise<void> {
+    if (this.state === 'stopped') return;
+    const wasStarted = this.state === 'started';
+    this.state = 'stopped';
+    if (wasStarted) {
+      for (const off of this.unsubscribe.splice(0)) off();
+      await Promise.all([...this.workers.values()].map((w) => w.stop(timeoutMs)));
+      await this.completer.drained();
+      await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.notifier.stop()]);
+    }
+    this.metrics.complete();
+    if (this.ownsPool) await this.pool.end();
+  }
+
+  worker(queue: string): Worker | undefined {
+    return this.workers.get(queue);
+  }
+
+  enqueue<T>(queue: string, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+    const { client, ...jobOptions } = options ?? {};
+    return this.producer.enqueueMany([{ queue, payload, options: jobOptions }], { client }).then(([id]) => id!);
+  }
+
+  enqueueMany(jobs: readonly JobToEnqueue[], options?: EnqueueCallOptions): Promise<string[]> {
+    return this.producer.enqueueMany(jobs, options);
+  }
+
+  async getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {
+    if (!/^\d{1,19}$/.test(String(id))) return undefined;
+    const [row] = await run<Record<string, never>>(this.pool, this.queries.getJob, [id]);
+    if (!row) return undefined;
+    return {
+      id: row.id,
+      queue: row.queue_name,
+      payload: row.payload,
+      status: row.status,
+      priority: row.priority,
+      availableAt: row.available_at,
+      attemptCount: row.attempt_count,
+      maxAttempts: row.max_attempts,
+      leaseOwner: row.lease_owner,
+      leaseToken: row.lease_token,
+      leaseExpiresAt: row.lease_expires_at,
+      deadlineAt: row.deadline_at,
+      claimedAt: row.claimed_at,
+      heartbeatAt: row.heartbeat_at,
+      releaseCount: row.release_count,
+      lastErrorCode: row.last_error_code,
+      lastErrorMessage: row.last_error_message,
+      createdAt: row.created_at,
+      finishedAt: row.finished_at,
+    };
+  }
+
+  /** The audit trail of a job: every exceptional transition, oldest first. */
+  async getJobEvents(id: string): Promise<JobEventRecord[]> {
+    if (!/^\d{1,19}$/.test(String(id))) return [];
+    const rows = await run<Record<string, never>>(this.pool, this.queries.jobEvents, [id]);
+    return rows.map((row) => ({
+      id: row.id,
+      at: row.at,
+      kind: row.kind,
+      fromStatus: row.from_status,
+      toStatus: row.to_status,
+      attempt: row.attempt,
+      leaseToken: row.lease_token,
+      worker: row.worker,
+      errorCode: row.error_code,
+      message: row.message,
+    }));
+  }
+
+  /** One bounded reaper pass (what the reaper's timer, or the host's scheduler, runs). */
+  reapOnce() {
+    return this.reaper.runOnce();
+  }
+
+  private async isKnownQueue(queue: string): Promise<boolean> {
+    if (this.knownQueues.has(queue)) return true;
+    const rows = await run<{ name: string }>(this.pool, this.queries.listQueues, []);
+    for (const row of rows) this.knownQueues.add(row.name);
+    return this.knownQueues.has(queue);
+  }
+}

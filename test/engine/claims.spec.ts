@@ -1,0 +1,116 @@
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { engineFixture, waitFor } from '../support/engine.js';
+
+let fx: Awaited<ReturnType<typeof engineFixture>>;
+beforeAll(async () => {
+  fx = await engineFixture('claims');
+});
+afterAll(() => fx.close());
+
+test('8 concurrent claimers over 5,000 jobs: every (id, lease token) is unique and no job runs twice at once', async () => {
+  const total = 5_000;
+  await fx.insertJobs('crowd', total);
+  const executions: { id: string; token: string; engine: number; start: number; end: number }[] = [];
+  const engines = Array.from({ length: 8 }, (_, n) => {
+    const q = fx.make({ poolSize: 4 });
+    q.work('crowd', async (job) => {
+      const start = performance.now();
+      await sleep(Math.random() < 0.1 ? 1 : 0);
+      executions.push({ id: job.id, token: job.leaseToken, engine: n, start, end: performance.now() });
+    }, { concurrency: 5, prefetch: 5 });
+    return q;
+  });
+  await Promise.all(engines.map((q) => q.start()));
+  await waitFor(async () => {
+    const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'crowd' AND status = 'succeeded'`);
+    return rows[0].n === total;
+  }, 60_000, 100);
+
+  const pairs = new Set(executions.map((e) => `${e.id}/${e.token}`));
+  expect(pairs.size).toBe(executions.length);
+  // Nothing expired or failed here, so every job ran exactly once, under token 1.
+  expect(new Set(executions.map((e) => e.id)).size).toBe(total);
+  expect(executions).toHaveLength(total);
+  expect(executions.every((e) => e.token === '1')).toBe(true);
+  // All eight claimers took part.
+  expect(new Set(executions.map((e) => e.engine)).size).toBe(8);
+  const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'crowd' AND lease_token <> 1`);
+  expect(rows[0].n).toBe(0);
+  await Promise.all(engines.map((q) => q.stop()));
+}, 90_000);
+
+test('a job held locked by an open transaction does not stop other jobs from being claimed', async () => {
+  await fx.insertJobs('locked', 20);
+  const locker = new pg.Client({ connectionString: fx.url });
+  await locker.connect();
+  try {
+    await locker.query('BEGIN');
+    const { rows } = await locker.query<{ id: string }>(
+      `SELECT id::text FROM pgqueue.jobs WHERE queue_name = 'locked' ORDER BY priority DESC, available_at, id LIMIT 1 FOR UPDATE`,
+    );
+    const lockedId = rows[0]!.id;
+    const q = fx.make();
+    const done: string[] = [];
+    q.work('locked', async (job) => void done.push(job.id));
+    await q.start();
+    await waitFor(() => done.length === 19, 10_000);
+    expect(done).not.toContain(lockedId);
+    await locker.query('ROLLBACK');
+    await waitFor(() => done.length === 20, 10_000);
+    expect(done).toContain(lockedId);
+    await q.stop();
+  } finally {
+    await locker.end();
+  }
+});
+
+test('with LISTEN disconnected the poll still drains every committed job; with LISTEN up pickup is fast', async () => {
+  const pollIntervalMs = 1_000;
+  const q = fx.make({ pollIntervalMs, notifier: { reconnectMinMs: 60_000, reconnectMaxMs: 60_000 } });
+  const pickedUp = new Map<string, number>();
+  q.work('wake', async (job) => void pickedUp.set(job.id, performance.now()));
+  await q.start();
+  await sleep(50);
+
+  // Listening: a single job is picked up in far less than a poll interval.
+  const latencies: number[] = [];
+  for (let i = 0; i < 10; i++) {
+    const sent = performance.now();
+    const id = await q.enqueue('wake', { i });
+    await waitFor(() => pickedUp.has(id), 5_000, 1);
+    latencies.push(pickedUp.get(id)! - sent);
+  }
+  latencies.sort((a, b) => a - b);
+  expect(latencies[5]!).toBeLessThan(pollIntervalMs / 4);
+
+  // Listener gone (and not coming back within the test): only the poll can find the jobs.
+  await q.notifier.disconnectForTest();
+  await waitFor(() => !q.notifier.listening);
+  const ids = await q.enqueueMany(Array.from({ length: 200 }, (_, i) => ({ queue: 'wake', payload: { i } })));
+  await waitFor(() => ids.every((id) => pickedUp.has(id)), pollIntervalMs * 5);
+  expect(q.notifier.listening).toBe(false);
+  await q.stop();
+});
+
+test('a burst of notifications is coalesced into few claims', async () => {
+  const claims: number[] = [];
+  const q = fx.make({ pollIntervalMs: 60_000 });
+  let handled = 0;
+  q.work('burst', async () => void handled++, { concurrency: 10, prefetch: 40 }, { claimed: (n) => claims.push(n) });
+  await q.start();
+  await waitFor(() => q.notifier.listening);
+  claims.length = 0;
+  // 1,000 jobs committed silently, then 1,000 separate NOTIFYs in one burst.
+  await fx.insertJobs('burst', 1_000);
+  const notifier = new pg.Client({ connectionString: fx.url });
+  await notifier.connect();
+  await Promise.all(Array.from({ length: 1_000 }, () => notifier.query(`SELECT pg_notify('pgqueue:wake', 'burst')`)));
+  await notifier.end();
+  await waitFor(() => handled === 1_000, 20_000);
+  // At most one claim in flight and one more queued behind it: the claims follow the batches
+  // (1,000 jobs / up to 50 a claim), not the 1,000 notifications.
+  expect(claims.length).toBeLessThan(150);
+  await q.stop();
+});

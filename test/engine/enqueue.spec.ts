@@ -1,0 +1,119 @@
+import pg from 'pg';
+import { InvalidJobError, PgQueue } from '../../lib/engine/index.js';
+import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+
+let fx: Awaited<ReturnType<typeof engineFixture>>;
+let q: PgQueue;
+beforeAll(async () => {
+  fx = await engineFixture('enqueue');
+  q = fx.make({ maxPayloadBytes: 1_024 });
+  await q.declareQueues(['mail', 'other']);
+});
+afterAll(() => fx.close());
+
+test('enqueue and enqueueMany return ids in order, and due jobs are pending, delayed ones scheduled', async () => {
+  const ids = await q.enqueueMany([
+    { queue: 'mail', payload: { n: 1 } },
+    { queue: 'mail', payload: { n: 2 }, options: { delayMs: 60_000 } },
+    { queue: 'other', payload: { n: 3 }, options: { runAt: new Date(Date.now() - 1_000), priority: 7, maxAttempts: 2 } },
+  ]);
+  expect(ids.map(Number)).toEqual([...ids.map(Number)].sort((a, b) => a - b));
+  const jobs = await Promise.all(ids.map((id) => q.getJob<{ n: number }>(id)));
+  expect(jobs.map((j) => [j?.payload.n, j?.status, j?.priority, j?.maxAttempts])).toEqual([
+    [1, 'pending', 0, null],
+    [2, 'scheduled', 0, null],
+    [3, 'pending', 7, 2],
+  ]);
+  expect(await q.getJob('999999999')).toBeUndefined();
+  expect(await q.getJob('not-a-number')).toBeUndefined();
+});
+
+test("enqueue inside the caller's transaction exists only if that transaction commits", async () => {
+  const client = new pg.Client({ connectionString: fx.url });
+  await client.connect();
+  try {
+    await client.query('BEGIN');
+    const rolledBack = await q.enqueue('mail', { tx: 'rollback' }, { client });
+    await client.query('ROLLBACK');
+    await client.query('BEGIN');
+    const committed = await q.enqueue('mail', { tx: 'commit' }, { client });
+    expect(await q.getJob(committed)).toBeUndefined(); // not visible before commit
+    await client.query('COMMIT');
+    expect(await q.getJob(rolledBack)).toBeUndefined();
+    expect((await q.getJob(committed))?.status).toBe('pending');
+  } finally {
+    await client.end();
+  }
+});
+
+test('a delayed job is promoted when due and then runs', async () => {
+  const worker = fx.make({ scheduler: { intervalMs: 5_000 } });
+  const ran: number[] = [];
+  worker.work('later', async () => void ran.push(Date.now()));
+  await worker.start();
+  const sent = Date.now();
+  const id = await worker.enqueue('later', {}, { delayMs: 300 });
+  expect((await worker.getJob(id))?.status).toBe('scheduled');
+  await waitForStatus(worker, id, 'succeeded');
+  // Not early; and on time although the scheduler's interval is 5 s (it sleeps until the next due job).
+  expect(ran[0]! - sent).toBeGreaterThanOrEqual(290);
+  expect(ran[0]! - sent).toBeLessThan(2_000);
+});
+
+describe('bad input is refused before any SQL runs, with a clear error, and nothing is written', () => {
+  const cycle: Record<string, unknown> = {};
+  cycle.self = cycle;
+  const cases: [string, () => Promise<unknown>, string, RegExp][] = [
+    ['an empty queue name', () => q.enqueue('', {}), 'INVALID_QUEUE_NAME', /queue name "" is not valid/],
+    ['a queue name with a quote', () => q.enqueue(`x'; drop table jobs; --`, {}), 'INVALID_QUEUE_NAME', /not valid/],
+    ['an unknown queue', () => q.enqueue('nobody-handles-this', {}), 'UNKNOWN_QUEUE', /"nobody-handles-this" is not declared/],
+    ['a BigInt payload', () => q.enqueue('mail', { amount: 10n }), 'PAYLOAD_NOT_JSON', /BigInt .* at \$\.amount/],
+    ['a cyclic payload', () => q.enqueue('mail', cycle), 'PAYLOAD_NOT_JSON', /cycle .* at \$\.self/],
+    ['a function in the payload', () => q.enqueue('mail', { f: () => 1 }), 'PAYLOAD_NOT_JSON', /function at \$\.f/],
+    ['NaN in the payload', () => q.enqueue('mail', { n: Number.NaN }), 'PAYLOAD_NOT_JSON', /NaN is not a finite number/],
+    ['an undefined payload', () => q.enqueue('mail', undefined), 'PAYLOAD_NOT_JSON', /undefined at \$/],
+    ['an oversized payload', () => q.enqueue('mail', { s: 'x'.repeat(2_000) }), 'PAYLOAD_TOO_LARGE', /over the limit of 1024/],
+    ['a negative delay', () => q.enqueue('mail', {}, { delayMs: -5 }), 'INVALID_JOB_OPTION', /"delayMs" is -5/],
+    ['a NaN delay', () => q.enqueue('mail', {}, { delayMs: Number.NaN }), 'INVALID_JOB_OPTION', /"delayMs" is NaN/],
+    ['an invalid date', () => q.enqueue('mail', {}, { runAt: new Date('nope') }), 'INVALID_JOB_OPTION', /"runAt"/],
+    ['priority out of range', () => q.enqueue('mail', {}, { priority: 5_000 }), 'INVALID_JOB_OPTION', /from -1000 to 1000/],
+    ['max attempts 0', () => q.enqueue('mail', {}, { maxAttempts: 0 }), 'INVALID_JOB_OPTION', /"maxAttempts" is 0/],
+    ['a string for priority', () => q.enqueue('mail', {}, { priority: '5' as unknown as number }), 'INVALID_JOB_OPTION', /"priority" is "5"/],
+  ];
+  test.each(cases)('%s', async (_name, call, code, message) => {
+    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n;
+    const error = await call().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(InvalidJobError);
+    expect(error).toMatchObject({ code, message: expect.stringMatching(message) });
+    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n).toBe(before);
+  });
+
+  test('one bad job in a batch rejects the whole batch', async () => {
+    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n;
+    await expect(
+      q.enqueueMany([
+        { queue: 'mail', payload: { ok: true } },
+        { queue: 'mail', payload: { bad: 1n } },
+      ]),
+    ).rejects.toThrow(/jobs\[1\] .*BigInt/);
+    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n).toBe(before);
+  });
+});
+
+test('options are validated at construction, naming the option', () => {
+  expect(() => new PgQueue({ connectionString: fx.url, schema: 'x"; drop table y; --' })).toThrow(/Invalid option "schema"/);
+  expect(() => new PgQueue({} as never)).toThrow(/connectionString/);
+  expect(() => new PgQueue({ connectionString: fx.url, pollIntervalMs: -1 })).toThrow(/"pollIntervalMs"/);
+  expect(() => new PgQueue({ connectionString: fx.url, handlerDefaults: { leaseMs: 'soon' as never } })).toThrow(/"handlerDefaults.leaseMs"/);
+  const engine = new PgQueue({ connectionString: fx.url });
+  expect(() => engine.work('mail', async () => {}, { concurrency: 0 })).toThrow(/"mail.concurrency"/);
+  expect(() => engine.work('mail', async () => {}, { leaseMs: 1_000, abortMarginMs: 600 })).toThrow(/more than half the lease/);
+  return engine.stop();
+});
+
+test('a job stays claimable for whoever handles it: waitFor sanity', async () => {
+  await expect(waitFor(() => false, 50)).rejects.toThrow(/not met/);
+});

@@ -1,0 +1,94 @@
+import { Completer } from '../../lib/engine/completer.js';
+import { run } from '../../lib/engine/db.js';
+import { createQueries } from '../../lib/engine/sql.js';
+import { engineFixture } from '../support/engine.js';
+
+let fx: Awaited<ReturnType<typeof engineFixture>>;
+const queries = createQueries('pgqueue');
+beforeAll(async () => {
+  fx = await engineFixture('fencing');
+});
+afterAll(() => fx.close());
+
+// $1 queue, $2 owner, $3 limit, $4 lease ms, $5 max runtime ms, $6 max attempts, $7 backoff base, $8 backoff max
+const claim = (owner: string, leaseMs: number, limit = 1) =>
+  run<{ id: string; lease_token: string; lease_ms_left: number }>(fx.pool, queries.claim, ['fence', owner, limit, leaseMs, 60_000, 5, 0, 0]);
+
+test("a stale worker's completion, failure and heartbeat change nothing once another worker holds the job", async () => {
+  await fx.insertJobs('fence', 1);
+  const [{ id }] = (await fx.pool.query<{ id: string }>(`UPDATE pgqueue.jobs SET lease_token = 6 WHERE queue_name = 'fence' RETURNING id::text`)).rows as [{ id: string }];
+
+  const [a] = await claim('worker-a', 150);
+  expect(a).toMatchObject({ id, lease_token: '7' });
+
+  // A's lease expires; the reaper returns the job; B claims it with the next token.
+  await new Promise((r) => setTimeout(r, 250));
+  const reaped = await run<{ id: string; status: string }>(fx.pool, queries.reapExpired, [100]);
+  expect(reaped).toEqual([expect.objectContaining({ id, status: 'scheduled' })]);
+  await run(fx.pool, queries.promoteScheduled, [100, 'pgqueue:wake']);
+  const [b] = await claim('worker-b', 30_000);
+  expect(b).toMatchObject({ id, lease_token: '8' });
+
+  const bDone = await new Completer(fx.pool, queries, 'worker-b').complete(id, '8');
+  expect(bDone).toEqual({ applied: true });
+  const before = (await fx.pool.query(`SELECT * FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
+
+  // A wakes up late. Every fenced write it attempts is refused and recorded.
+  const aDone = await new Completer(fx.pool, queries, 'worker-a').complete(id, '7');
+  expect(aDone).toEqual({ applied: false, reason: 'lease_lost' });
+  const [aFail] = await run<{ applied: number; loss: string }>(fx.pool, queries.fail, [id, 'worker-a', '7', false, 0, 'X', 'late']);
+  expect(aFail).toEqual({ applied: 0, loss: 'LEASE_LOST' });
+  const [aBeat] = await run<{ lease_ms_left: number | null; loss: string }>(fx.pool, queries.heartbeat, [id, 'worker-a', '7', 30_000]);
+  expect(aBeat).toMatchObject({ lease_ms_left: null, loss: 'LEASE_LOST' });
+
+  const after = (await fx.pool.query(`SELECT * FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
+  expect(after).toEqual(before);
+  expect(after.status).toBe('succeeded');
+  expect(after.lease_token).toBe('8');
+
+  const events = (await fx.pool.query(`SELECT kind, worker, lease_token::text, error_code FROM pgqueue.job_events WHERE job_id = $1 ORDER BY id`, [id])).rows;
+  expect(events).toEqual([
+    { kind: 'lease_expired', worker: 'worker-a', lease_token: '7', error_code: 'LEASE_EXPIRED' },
+    { kind: 'lost_fence', worker: 'worker-a', lease_token: '7', error_code: 'LEASE_LOST' },
+    { kind: 'lost_fence', worker: 'worker-a', lease_token: '7', error_code: 'LEASE_LOST' },
+    { kind: 'lost_fence', worker: 'worker-a', lease_token: '7', error_code: 'LEASE_LOST' },
+  ]);
+});
+
+test('a second completion under the same token is refused as "finished"; a cancelled job as "cancelled"', async () => {
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.insertJobs('fence', 2);
+  const [first, second] = await claim('worker-c', 30_000, 2);
+  const completer = new Completer(fx.pool, queries, 'worker-c');
+  expect(await completer.complete(first!.id, first!.lease_token)).toEqual({ applied: true });
+  expect(await completer.complete(first!.id, first!.lease_token)).toEqual({ applied: false, reason: 'finished' });
+  await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`, [second!.id]);
+  expect(await completer.complete(second!.id, second!.lease_token)).toEqual({ applied: false, reason: 'cancelled' });
+});
+
+test('a batch with one stale row still completes the others, and reports each row', async () => {
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.insertJobs('fence', 5);
+  const claimed = await claim('worker-d', 30_000, 5);
+  const stale = claimed[2]!;
+  const completer = new Completer(fx.pool, queries, 'worker-d');
+  const outcomes = await Promise.all(
+    claimed.map((job) => completer.complete(job.id, job === stale ? String(Number(job.lease_token) - 1) : job.lease_token)),
+  );
+  expect(outcomes.filter((o) => o.applied)).toHaveLength(4);
+  expect(outcomes[2]).toEqual({ applied: false, reason: 'lease_lost' });
+  const statuses = (await fx.pool.query(`SELECT status, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'fence' GROUP BY status ORDER BY status`)).rows;
+  expect(statuses).toEqual([
+    { status: 'running', n: 1 },
+    { status: 'succeeded', n: 4 },
+  ]);
+});
+
+test('a fenced write needs an unexpired lease by database time, even for the rightful owner', async () => {
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.insertJobs('fence', 1);
+  const [job] = await claim('worker-e', 100);
+  await new Promise((r) => setTimeout(r, 200));
+  const outcome = await new Completer(fx.pool, queries, 'worker-e').complete(job!.id, job!.lease_token);
+  expect(outcome).toEqual({ applied: false, reason: 'lease_lost' });
+});

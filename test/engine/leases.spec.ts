@@ -1,0 +1,153 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { JobEvent } from '../../lib/engine/index.js';
+import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+
+let fx: Awaited<ReturnType<typeof engineFixture>>;
+beforeAll(async () => {
+  fx = await engineFixture('leases');
+});
+afterAll(() => fx.close());
+
+const leaseOf = async (id: string) =>
+  (
+    await fx.pool.query<{ status: string; lease_expires_at: Date | null; deadline_at: Date | null; lease_token: string; now: Date }>(
+      `SELECT status, lease_expires_at, deadline_at, lease_token::text, now() FROM pgqueue.jobs WHERE id = $1`,
+      [id],
+    )
+  ).rows[0]!;
+
+test('a heartbeat after progress extends the lease', async () => {
+  const q = fx.make();
+  let release!: () => void;
+  const done = new Promise<void>((r) => (release = r));
+  let beats = 0;
+  q.work('hb-extend', async (_job, ctx) => {
+    // Three progress reports over 2.4 leases: the job outlives its first lease only because of them.
+    for (let i = 0; i < 6; i++) {
+      await sleep(200);
+      await ctx.heartbeat();
+      beats++;
+    }
+    await done;
+  }, { leaseMs: 500, abortMarginMs: 100 });
+  await q.start();
+  const id = await q.enqueue('hb-extend', {});
+  await waitFor(() => beats === 6, 5_000);
+  const row = await leaseOf(id);
+  expect(row.status).toBe('running');
+  expect(row.lease_expires_at!.getTime()).toBeGreaterThan(row.now.getTime());
+  release();
+  await waitFor(async () => (await leaseOf(id)).status === 'succeeded');
+  expect(q.metrics.count('heartbeats', { queue: 'hb-extend' })).toBeGreaterThanOrEqual(2);
+});
+
+test('without heartbeats the lease runs out: the signal aborts before expiry and the attempt fails LEASE_EXPIRED', async () => {
+  const q = fx.make();
+  let abortedAt = 0;
+  let leaseAtAbort: Awaited<ReturnType<typeof leaseOf>> | undefined;
+  q.work('hb-none', async (job, ctx) => {
+    await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
+    abortedAt = Date.now();
+    leaseAtAbort = await leaseOf(job.id);
+    throw ctx.signal.reason;
+  }, { leaseMs: 400, abortMarginMs: 100, maxAttempts: 1 });
+  await q.start();
+  const id = await q.enqueue('hb-none', {});
+  const row = await waitForStatus(q, id, 'dead');
+  expect(abortedAt).toBeGreaterThan(0);
+  // The handler was told while the lease was still valid in the database.
+  expect(leaseAtAbort!.status).toBe('running');
+  expect(leaseAtAbort!.lease_expires_at!.getTime()).toBeGreaterThan(leaseAtAbort!.now.getTime());
+  expect(row.lastErrorCode).toBe('LEASE_EXPIRED');
+});
+
+test('no heartbeat can push the lease past the maximum runtime; the attempt then fails MAX_RUNTIME', async () => {
+  const q = fx.make();
+  const seen: { expires: number; deadline: number }[] = [];
+  q.work('hb-deadline', async (job, ctx) => {
+    try {
+      for (;;) {
+        await sleep(50);
+        await ctx.heartbeat();
+        const row = await leaseOf(job.id);
+        if (row.status !== 'running') return;
+        seen.push({ expires: row.lease_expires_at!.getTime(), deadline: row.deadline_at!.getTime() });
+      }
+    } catch (error) {
+      expect(ctx.signal.aborted).toBe(true);
+      throw error;
+    }
+  }, { leaseMs: 300, abortMarginMs: 50, maxRuntimeMs: 900, maxAttempts: 1 });
+  await q.start();
+  const id = await q.enqueue('hb-deadline', {});
+  const job = await waitForStatus(q, id, 'dead');
+  expect(job.lastErrorCode).toBe('MAX_RUNTIME');
+  expect(seen.length).toBeGreaterThan(5);
+  for (const s of seen) expect(s.expires).toBeLessThanOrEqual(s.deadline);
+  // The lease did reach the deadline (heartbeats extended it as far as allowed).
+  expect(seen.some((s) => s.expires === s.deadline)).toBe(true);
+});
+
+test('a handler that ignores its aborted signal is abandoned: its slot frees and its attempt is failed', async () => {
+  const q = fx.make();
+  let calls = 0;
+  q.work('stuck', async () => {
+    calls++;
+    if (calls === 1) await new Promise(() => {}); // never settles
+  }, { leaseMs: 300, abortMarginMs: 100, concurrency: 1, backoff: { baseMs: 0, maxMs: 0 } });
+  await q.start();
+  const id = await q.enqueue('stuck', {});
+  await waitForStatus(q, id, 'succeeded');
+  const events = await q.getJobEvents(id);
+  expect(events.map((e) => [e.kind, e.errorCode])).toEqual([['retry_scheduled', 'LEASE_EXPIRED']]);
+  expect(calls).toBe(2);
+});
+
+test('the reaper recovers a lease whose worker went silent, with backoff, then dead when attempts run out', async () => {
+  const q = fx.make({ reaper: { intervalMs: 50 } });
+  await q.declareQueues(['orphans']);
+  const id = await q.enqueue('orphans', {}, { maxAttempts: 2 });
+  // Claim as a worker that will never come back.
+  const claimOnce = () =>
+    fx.pool.query(
+      `UPDATE pgqueue.jobs SET status = 'running', attempt_count = attempt_count + 1, lease_token = lease_token + 1,
+         lease_owner = 'ghost', lease_expires_at = now() + interval '50 ms', deadline_at = now() + interval '1 hour',
+         max_attempts = coalesce(max_attempts, 5), backoff_base_ms = 10, backoff_max_ms = 10
+       WHERE id = $1 AND status = 'pending'`,
+      [id],
+    );
+  await claimOnce();
+  await q.start();
+  await waitForStatus(q, id, 'pending');
+  await claimOnce();
+  const dead = await waitForStatus(q, id, 'dead');
+  expect(dead).toMatchObject({ attemptCount: 2, lastErrorCode: 'LEASE_EXPIRED', leaseOwner: null });
+  const events = await q.getJobEvents(id);
+  expect(events.map((e) => [e.kind, e.worker, e.toStatus])).toEqual([
+    ['lease_expired', 'ghost', 'scheduled'],
+    ['dead', 'ghost', 'dead'],
+  ]);
+});
+
+test('events stream: a lost fence on heartbeat is reported with its reason and aborts the handler', async () => {
+  const q = fx.make();
+  const events: JobEvent[] = [];
+  q.metrics.events$.subscribe((e) => events.push(e));
+  let outcome = '';
+  q.work('cancel-me', async (job, ctx) => {
+    await sleep(300);
+    await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`, [job.id]);
+    try {
+      await ctx.heartbeat();
+      outcome = 'renewed';
+    } catch (error) {
+      outcome = `${(error as { code: string }).code}:${(error as { reason: string }).reason}:${ctx.signal.aborted}`;
+    }
+  }, { leaseMs: 400, abortMarginMs: 50 });
+  await q.start();
+  const id = await q.enqueue('cancel-me', {});
+  await waitFor(() => outcome !== '');
+  expect(outcome).toBe('LEASE_LOST:cancelled:true');
+  expect(events).toContainEqual(expect.objectContaining({ type: 'lease_lost', jobId: id, reason: 'cancelled', operation: 'heartbeat' }));
+  expect((await q.getJob(id))?.status).toBe('cancelled');
+});

@@ -1,0 +1,76 @@
+import pg from 'pg';
+import { PgQueue, type JobRecord, type JobStatus, type PgQueueOptions } from '../../lib/engine/index.js';
+import { createTestDatabase, type TestDatabase } from './database.js';
+
+/** Quiet logger for tests; collects warnings and errors so a test can assert on them. */
+export function testLogger() {
+  const lines: string[] = [];
+  return {
+    lines,
+    log: () => {},
+    warn: (m: string) => void lines.push(`warn: ${m}`),
+    error: (m: string) => void lines.push(`error: ${m}`),
+  };
+}
+
+/**
+ * A database of the test file's own, migrated, with a pool for direct SQL, and a factory of
+ * engines on it whose intervals are short enough for tests. Everything is closed by `close()`.
+ */
+export async function engineFixture(label: string) {
+  const database: TestDatabase = await createTestDatabase(label);
+  const pool = new pg.Pool({ connectionString: database.url, max: 20 });
+  const engines: PgQueue[] = [];
+  const make = (options: Partial<PgQueueOptions> = {}) => {
+    const engine = new PgQueue({
+      connectionString: database.url,
+      pollIntervalMs: 200,
+      logger: testLogger(),
+      reaper: { intervalMs: 100 },
+      scheduler: { intervalMs: 100 },
+      ...options,
+    });
+    engines.push(engine);
+    return engine;
+  };
+  await make().migrate();
+  return {
+    url: database.url,
+    pool,
+    make,
+    /** Inserts jobs directly with one statement, for backlogs and fixtures. */
+    async insertJobs(queue: string, count: number, extra: { status?: string; availableInSeconds?: number; priority?: number } = {}) {
+      await pool.query(`INSERT INTO pgqueue.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`, [queue]);
+      await pool.query(
+        `INSERT INTO pgqueue.jobs (queue_name, payload, status, priority, available_at)
+         SELECT $1, jsonb_build_object('n', g), $3::pgqueue.job_status, $4, now() + $5 * interval '1 second'
+         FROM generate_series(1, $2) g`,
+        [queue, count, extra.status ?? 'pending', extra.priority ?? 0, extra.availableInSeconds ?? 0],
+      );
+    },
+    async close() {
+      await Promise.allSettled(engines.map((e) => e.stop(1_000)));
+      await pool.end();
+      await database.drop();
+    },
+  };
+}
+
+/** Polls `check` until it returns a truthy value or `timeoutMs` passes. */
+export async function waitFor<T>(check: () => Promise<T> | T, timeoutMs = 10_000, intervalMs = 20): Promise<NonNullable<T>> {
+  const started = Date.now();
+  for (;;) {
+    const value = await check();
+    if (value) return value as NonNullable<T>;
+    if (Date.now() - started > timeoutMs) throw new Error(`waitFor: condition not met within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** Waits until job `id` reaches `status`, and returns its record then. */
+export function waitForStatus(queue: PgQueue, id: string, status: JobStatus, timeoutMs = 10_000): Promise<JobRecord> {
+  return waitFor(async () => {
+    const job = await queue.getJob(id);
+    return job?.status === status ? job : undefined;
+  }, timeoutMs);
+}
