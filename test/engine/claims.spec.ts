@@ -114,3 +114,18 @@ test('a burst of notifications is coalesced into few claims', async () => {
   expect(claims.length).toBeLessThan(150);
   await q.stop();
 });
+
+test('the listener reconnects with backoff after its connection is cut, and wakes the loops', async () => {
+  const q = fx.make({ pollIntervalMs: 60_000, notifier: { reconnectMinMs: 50, reconnectMaxMs: 200 } });
+  const done: string[] = [];
+  q.work('relisten', async (job) => void done.push(job.id));
+  await q.start();
+  await waitFor(() => q.notifier.listening);
+  // Cut the listener's session from the server side, as a failover or an idle-kill would.
+  await fx.pool.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'nestjs-pg-queue:listen' AND datname = current_database()`);
+  await waitFor(() => !q.notifier.listening, 5_000, 5);
+  await waitFor(() => q.notifier.listening, 5_000);
+  const id = await q.enqueue('relisten', {});
+  await waitFor(() => done.includes(id), 2_000);
+  await q.stop();
+});
