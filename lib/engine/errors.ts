@@ -142,3 +142,13 @@ export class JobAbortedError extends PgQueueError {
     super(message);
   }
 }
+
+/** An operator's request does not fit the job's state (replay of a job that is not dead, …). */
+export class JobStateError extends PgQueueError {
+  constructor(
+    readonly code: 'JOB_NOT_FOUND' | 'JOB_NOT_DEAD' | 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_FINISHED' | 'QUEUE_NOT_FOUND',
+    message: string,
+  ) {
+    super(message);
+  }
+}

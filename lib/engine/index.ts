@@ -1,10 +1,24 @@
 // The framework-free engine: everything the Nest module is built on, usable without Nest.
-export { PgQueue, type PgQueueOptions, type StartOptions, type JobRecord, type JobEventRecord } from './pg-queue.js';
+export {
+  PgQueue,
+  OPERATOR_BATCH_MAX,
+  type PgQueueOptions,
+  type StartOptions,
+  type JobRecord,
+  type JobEventRecord,
+  type OperatorNote,
+  type ReplayOutcome,
+  type DeadJobPage,
+  type DeadJobSummary,
+  type QueueStats,
+  type EngineStats,
+} from './pg-queue.js';
 export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, AbortCode } from './types.js';
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';
-export { EngineMetrics, type JobEvent, type CounterName } from './metrics.js';
+export { EngineMetrics, HISTOGRAM_BUCKETS_MS, type JobEvent, type CounterName, type HistogramName, type HistogramSnapshot, type Labels } from './metrics.js';
+export { PRUNER_DEFAULTS, type PrunerConfig } from './pruner.js';
 export { HANDLER_DEFAULTS, type WorkerHooks } from './worker.js';
 export { REAPER_DEFAULTS, type ReaperConfig, type ReapResult } from './reaper.js';
 export { SCHEDULER_DEFAULTS, type SchedulerConfig } from './scheduler.js';
@@ -20,5 +34,6 @@ export {
   JobAbortedError,
   PermanentJobError,
   RetryableJobError,
+  JobStateError,
   type FenceLossReason,
 } from './errors.js';

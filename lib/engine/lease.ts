@@ -3,6 +3,7 @@ import { run, type Queryable } from './db.js';
 import { JobAbortedError, LeaseLostError, type FenceLossReason } from './errors.js';
 import type { EngineMetrics } from './metrics.js';
 import type { Queries } from './sql.js';
+import type { TraceCarrier } from './tracing.js';
 import type { AbortCode, Job, JobContext } from './types.js';
 
 /** The row the claim statement returns. */
@@ -18,6 +19,8 @@ export interface ClaimedRow {
   deadline_at: Date;
   lease_ms_left: number;
   lease_at_deadline: boolean;
+  trace_context: TraceCarrier | null;
+  waited_ms: number;
 }
 
 export interface LeaseDeps {
@@ -59,6 +62,9 @@ export function fenceLossReason(code: string): FenceLossReason {
 export class Lease {
   readonly job: Job;
   readonly context: JobContext;
+  readonly traceCarrier: TraceCarrier | null;
+  /** When the claim that granted this lease was sent (monotonic ms). */
+  readonly claimedAt: number;
   private readonly controller = new AbortController();
   private timer: NodeJS.Timeout | undefined;
   private grantedAt: number;
@@ -87,6 +93,8 @@ export class Lease {
       createdAt: row.created_at,
       deadlineAt: row.deadline_at,
     };
+    this.traceCarrier = row.trace_context;
+    this.claimedAt = requestedAt;
     this.grantedAt = requestedAt;
     this.expiresAt = requestedAt + row.lease_ms_left;
     this.atDeadline = row.lease_at_deadline;

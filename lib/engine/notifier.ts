@@ -21,7 +21,7 @@ export const NOTIFIER_DEFAULTS: NotifierConfig = { reconnectMinMs: 100, reconnec
  */
 export class Notifier {
   readonly config: NotifierConfig;
-  private readonly subscribers = new Map<string, Set<() => void>>();
+  private readonly subscribers = new Map<string, Set<(argument: string) => void>>();
   private client: pg.Client | undefined;
   private stopped = true;
   private reconnectDelayMs: number;
@@ -52,8 +52,12 @@ export class Notifier {
     return this.downSinceMs === undefined ? 0 : Date.now() - this.downSinceMs;
   }
 
-  /** Calls `fn` on each notification whose payload is `topic` (a queue name). */
-  subscribe(topic: string, fn: () => void): () => void {
+  /**
+   * Calls `fn` on each notification for `topic`. A payload is a queue name (work to claim), or
+   * `*<topic>` / `*<topic>:<argument>` for the engine's own signals (queue names cannot start
+   * with '*'); `fn` receives the argument.
+   */
+  subscribe(topic: string, fn: (argument: string) => void): () => void {
     let set = this.subscribers.get(topic);
     if (!set) this.subscribers.set(topic, (set = new Set()));
     set.add(fn);
@@ -127,11 +131,15 @@ export class Notifier {
     this.reconnectDelayMs = Math.min(this.config.reconnectMaxMs, this.reconnectDelayMs * 2);
   }
 
-  private dispatch(topic: string): void {
-    for (const fn of this.subscribers.get(topic) ?? []) fn();
+  private dispatch(payload: string): void {
+    const split = payload.startsWith('*') ? payload.indexOf(':') : -1;
+    const topic = split === -1 ? payload : payload.slice(0, split);
+    const argument = split === -1 ? '' : payload.slice(split + 1);
+    for (const fn of this.subscribers.get(topic) ?? []) fn(argument);
   }
 
+  /** After a (re)connect: every queue's loop claims once, since wake-ups may have been missed. */
   private wakeAll(): void {
-    for (const set of this.subscribers.values()) for (const fn of set) fn();
+    for (const [topic, set] of this.subscribers) if (!topic.startsWith('*')) for (const fn of set) fn('');
   }
 }

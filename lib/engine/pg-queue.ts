@@ -4,13 +4,14 @@ import pg from 'pg';
 import { Completer, type CompleterConfig } from './completer.js';
 import { requireInteger, requireString } from './config.js';
 import { run } from './db.js';
-import { InvalidOptionError } from './errors.js';
+import { InvalidOptionError, JobStateError } from './errors.js';
 import { DEFAULT_SCHEMA, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
 import { EngineMetrics } from './metrics.js';
 import { migrate, MIGRATION_MODE_DEFAULT, type MigrationMode, type MigrationReport } from './migrator.js';
 import { Notifier, type NotifierConfig } from './notifier.js';
 import { MAX_PAYLOAD_BYTES_DEFAULT, Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
+import { Pruner, type PrunerConfig } from './pruner.js';
 import { Reaper, type ReaperConfig } from './reaper.js';
 import { Scheduler, type SchedulerConfig } from './scheduler.js';
 import { createQueries, type Queries } from './sql.js';
@@ -44,6 +45,8 @@ export interface PgQueueOptions {
   maxFreeReleases?: number;
   reaper?: Partial<ReaperConfig>;
   scheduler?: Partial<SchedulerConfig>;
+  /** Retention of succeeded jobs; `false` keeps them forever. */
+  pruner?: Partial<PrunerConfig> | false;
   notifier?: Partial<NotifierConfig>;
   completer?: Partial<CompleterConfig>;
   logger?: EngineLogger;
@@ -55,8 +58,65 @@ export interface StartOptions {
    * module registers it with SchedulerRegistry) passes false, so only one timer ever runs it.
    */
   reaperTimer?: boolean;
+  /** Run the pruner on its own timer (default), or let the host schedule `pruneOnce()`. */
+  prunerTimer?: boolean;
   /** Start workers for the registered handlers (default). False: an enqueue-only process. */
   workers?: boolean;
+}
+
+/** Who asks for an operator's action, and why: recorded in the job's history. */
+export interface OperatorNote {
+  actor?: string;
+  reason?: string;
+}
+
+export interface ReplayOutcome {
+  id: string;
+  replayed: boolean;
+  /** The job's status now (`pending` when replayed; undefined when there is no such job). */
+  status: JobStatus | undefined;
+}
+
+export interface DeadJobPage {
+  jobs: DeadJobSummary[];
+  /** Pass as `cursor` for the next page; undefined on the last page. */
+  nextCursor: string | undefined;
+}
+
+export interface DeadJobSummary {
+  id: string;
+  queue: string;
+  priority: number;
+  attemptCount: number;
+  maxAttempts: number | null;
+  lastErrorCode: string | null;
+  lastErrorMessage: string | null;
+  leaseToken: string;
+  createdAt: Date;
+  finishedAt: Date;
+}
+
+export interface QueueStats {
+  queue: string;
+  paused: boolean;
+  pausedAt: Date | null;
+  /** Jobs per status (statuses with none are absent). */
+  counts: Partial<Record<JobStatus, number>>;
+  /** Age of the oldest claimable (pending) job: alert on this, not on counts. */
+  oldestClaimableAgeMs: number | null;
+  oldestDeadAgeMs: number | null;
+  /** Running jobs whose lease ends within `nearExpiryMs`. */
+  runningNearExpiry: number;
+  /** This process's handler slots for the queue (busy / total), when it handles it. */
+  slots: { busy: number; total: number } | undefined;
+}
+
+export interface EngineStats {
+  at: Date;
+  queues: QueueStats[];
+  listener: { listening: boolean; downForMs: number };
+  pool: { total: number; idle: number; waiting: number };
+  database: { connections: number; lockWaits: number };
 }
 
 export interface JobRecord<T = unknown> {
@@ -89,7 +149,10 @@ export interface JobEventRecord {
   toStatus: JobStatus | null;
   attempt: number | null;
   leaseToken: string | null;
+  /** The process, for a worker's transitions. */
   worker: string | null;
+  /** Who asked, for an operator's transitions (replay, cancel, discard). */
+  actor: string | null;
   errorCode: string | null;
   message: string | null;
 }
@@ -100,6 +163,11 @@ export const POOL_SIZE_DEFAULT = 10;
 export const MAX_FREE_RELEASES_DEFAULT = 3;
 /** NOTIFY payload that wakes schedulers (queue names cannot start with '*'). */
 const SCHEDULER_TOPIC = '*scheduled';
+/** NOTIFY topic of a cancelled running job (payload `*cancel:<id>`, sent by the cancel statement). */
+const CANCEL_TOPIC = '*cancel';
+/** Replays and purges work in bounded batches of at most this many jobs per call. */
+export const OPERATOR_BATCH_MAX = 1_000;
+const NEAR_EXPIRY_MS_DEFAULT = 5_000;
 
 /**
  * The framework-free queue: enqueue, handlers, and the services that keep the state machine
@@ -114,7 +182,9 @@ export class PgQueue {
   readonly reaper: Reaper;
   readonly scheduler: Scheduler;
   readonly notifier: Notifier;
+  readonly pruner: Pruner | undefined;
   private readonly queries: Queries;
+  private readonly channel: string;
   private readonly ownsPool: boolean;
   private readonly producer: Producer;
   private readonly completer: Completer;
@@ -172,12 +242,14 @@ export class PgQueue {
 
     this.queries = createQueries(this.schema);
     const channel = wakeChannel(this.schema);
+    this.channel = channel;
     const listenConfig: pg.ClientConfig = options.listenConnectionString
       ? { connectionString: requireString('listenConnectionString', options.listenConnectionString), application_name: 'nestjs-pg-queue:listen' }
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
     this.notifier = new Notifier(listenConfig, channel, this.logger, options.notifier);
     this.scheduler = new Scheduler(this.pool, this.queries, channel, this.logger, options.scheduler);
     this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, options.reaper, () => this.scheduler.wake());
+    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, options.pruner);
     this.completer = new Completer(this.pool, this.queries, this.workerId, options.completer);
     this.producer = new Producer({
       db: this.pool,
@@ -228,8 +300,14 @@ export class PgQueue {
     if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
     await this.notifier.start();
     this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
+    this.unsubscribe.push(
+      this.notifier.subscribe(CANCEL_TOPIC, (jobId) => {
+        for (const worker of this.workers.values()) worker.cancelled(jobId);
+      }),
+    );
     this.scheduler.start();
     if (options.reaperTimer ?? true) this.reaper.start();
+    if (options.prunerTimer ?? true) this.pruner?.start();
     if (!withWorkers) return;
     for (const [queue, { handler, options: handlerOptions, hooks }] of this.handlers) {
       const worker = new Worker(
@@ -268,7 +346,7 @@ export class PgQueue {
       for (const off of this.unsubscribe.splice(0)) off();
       await Promise.all([...this.workers.values()].map((w) => w.stop(timeoutMs)));
       await this.completer.drained();
-      await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.notifier.stop()]);
+      await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.pruner?.stop(), this.notifier.stop()]);
     }
     this.metrics.complete();
     if (this.ownsPool) await this.pool.end();
@@ -327,6 +405,7 @@ export class PgQueue {
       attempt: row.attempt,
       leaseToken: row.lease_token,
       worker: row.worker,
+      actor: row.actor,
       errorCode: row.error_code,
       message: row.message,
     }));
@@ -337,10 +416,212 @@ export class PgQueue {
     return this.reaper.runOnce();
   }
 
+  /** One bounded retention pass (what the pruner's timer, or the host's scheduler, runs). */
+  pruneOnce(): Promise<number> {
+    return this.pruner?.runOnce() ?? Promise.resolve(0);
+  }
+
+  /** Stops claims of `queue` in every process; running jobs finish. */
+  async pauseQueue(queue: string): Promise<void> {
+    await this.setPaused(queue, true);
+  }
+
+  /** Lets every process claim `queue` again, and wakes its workers. */
+  async resumeQueue(queue: string): Promise<void> {
+    await this.setPaused(queue, false);
+  }
+
+  /**
+   * Cancels a scheduled, pending or running job. A running job's handler is aborted (on
+   * whichever process runs it) and its late completion is refused with the reason "cancelled".
+   */
+  async cancel(id: string, note: OperatorNote = {}): Promise<void> {
+    await this.endJob(id, ['scheduled', 'pending', 'running'], 'cancelled', note, 'JOB_NOT_CANCELLABLE', 'cancelled');
+  }
+
+  /**
+   * Discards a dead job: it becomes `cancelled` (kept, with its history), so it no longer counts
+   * as unresolved. With `delete: true` the row and its history are deleted instead, and the
+   * deletion is recorded in `purges`.
+   */
+  async discard(id: string, note: OperatorNote & { delete?: boolean } = {}): Promise<void> {
+    if (!note.delete) {
+      await this.endJob(id, ['dead'], 'discarded', note, 'JOB_NOT_DEAD', 'discarded');
+      return;
+    }
+    const [row] = await run<{ removed: number; status: string | null }>(this.pool, this.queries.deleteJob, [
+      checkedId(id),
+      note.actor ?? null,
+      boundedNote(note.reason),
+    ]);
+    if (row?.removed === 1) return;
+    if (row?.status === null || row?.status === undefined) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
+    throw new JobStateError('JOB_NOT_FINISHED', `Job ${id} is ${row.status}: only succeeded, dead or cancelled jobs can be deleted. Cancel it first.`);
+  }
+
+  /**
+   * Replays one dead job in place (same id and history, a fresh attempt budget). Refused with
+   * JOB_NOT_DEAD for a job in any other state.
+   */
+  async replay(id: string, note: OperatorNote = {}): Promise<void> {
+    const [outcome] = await this.replayMany([id], note);
+    if (outcome?.replayed) return;
+    if (!outcome?.status) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
+    throw new JobStateError(
+      'JOB_NOT_DEAD',
+      `Job ${id} is ${outcome.status}, not dead: only dead jobs can be replayed.${outcome.status === 'pending' || outcome.status === 'scheduled' || outcome.status === 'running' ? ' It will run (or is running) anyway.' : ''}`,
+    );
+  }
+
+  /** Replays many dead jobs by id (at most OPERATOR_BATCH_MAX), reporting each one's outcome. */
+  async replayMany(ids: readonly string[], note: OperatorNote = {}): Promise<ReplayOutcome[]> {
+    if (ids.length > OPERATOR_BATCH_MAX) {
+      throw new InvalidOptionError('ids', `${ids.length} ids`, `Replay at most ${OPERATOR_BATCH_MAX} jobs per call.`);
+    }
+    const rows = await run<{ id: string; replayed: boolean; status: JobStatus | null }>(this.pool, this.queries.replay, [
+      ids.map(checkedId),
+      note.actor ?? null,
+      boundedNote(note.reason),
+      this.channel,
+    ]);
+    return rows.map((r) => ({ id: r.id, replayed: r.replayed, status: r.status ?? undefined }));
+  }
+
+  /**
+   * Replays the oldest dead jobs of a queue, optionally only those that died with `errorCode`,
+   * at most `limit` (default 100, at most OPERATOR_BATCH_MAX). Fix the cause first.
+   */
+  async replayDead(filter: { queue: string; errorCode?: string; limit?: number } & OperatorNote): Promise<ReplayOutcome[]> {
+    const limit = requireInteger('limit', filter.limit ?? 100, 1, OPERATOR_BATCH_MAX);
+    const page = await this.listDead({ queue: filter.queue, errorCode: filter.errorCode, limit });
+    if (page.jobs.length === 0) return [];
+    return this.replayMany(
+      page.jobs.map((j) => j.id),
+      filter,
+    );
+  }
+
+  /** Dead jobs, oldest death first, by queue and error code, a page at a time. */
+  async listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
+    const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
+    let after: [string | null, string | null] = [null, null];
+    if (filter.cursor !== undefined) {
+      const match = /^(\d{4}-[^|]+)\|(\d{1,19})$/.exec(filter.cursor);
+      if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
+      after = [match[1]!, match[2]!];
+    }
+    const rows = await run<Record<string, never>>(this.pool, this.queries.listDead, [filter.queue ?? null, filter.errorCode ?? null, ...after, limit]);
+    const jobs: DeadJobSummary[] = rows.map((r) => ({
+      id: r.id,
+      queue: r.queue_name,
+      priority: r.priority,
+      attemptCount: r.attempt_count,
+      maxAttempts: r.max_attempts,
+      lastErrorCode: r.last_error_code,
+      lastErrorMessage: r.last_error_message,
+      leaseToken: r.lease_token,
+      createdAt: r.created_at,
+      finishedAt: r.finished_at,
+    }));
+    const last = jobs.at(-1);
+    return { jobs, nextCursor: jobs.length === limit && last ? `${last.finishedAt.toISOString()}|${last.id}` : undefined };
+  }
+
+  /**
+   * Deletes dead jobs that died before `olderThan` (of one queue, or all), recording each
+   * batch's ids in `purges`. The only way dead jobs are ever removed. Returns how many it removed.
+   */
+  async purgeDead(filter: { olderThan: Date; queue?: string; batchSize?: number } & OperatorNote): Promise<number> {
+    if (!(filter.olderThan instanceof Date) || !Number.isFinite(filter.olderThan.getTime())) {
+      throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
+    }
+    const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
+    let removed = 0;
+    for (;;) {
+      const [row] = await run<{ removed: number }>(this.pool, this.queries.purgeDead, [
+        filter.olderThan,
+        filter.queue ?? null,
+        batchSize,
+        filter.actor ?? null,
+        boundedNote(filter.reason),
+      ]);
+      removed += row?.removed ?? 0;
+      if ((row?.removed ?? 0) < batchSize) return removed;
+    }
+  }
+
+  /** A snapshot for dashboards, alerts and `/metrics`, read from the database and this process. */
+  async stats(options: { nearExpiryMs?: number } = {}): Promise<EngineStats> {
+    const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
+    const [queues, [database]] = await Promise.all([
+      run<Record<string, never>>(this.pool, this.queries.queueStats, [nearExpiryMs]),
+      run<{ connections: number; lock_waits: number }>(this.pool, this.queries.databaseStats, []),
+    ]);
+    return {
+      at: new Date(),
+      queues: queues.map((q) => {
+        const worker = this.workers.get(q.queue);
+        return {
+          queue: q.queue,
+          paused: q.paused_at !== null,
+          pausedAt: q.paused_at,
+          counts: Object.fromEntries(Object.entries(q.counts as Record<string, string | number>).map(([k, v]) => [k, Number(v)])),
+          oldestClaimableAgeMs: q.oldest_claimable_age_ms,
+          oldestDeadAgeMs: q.oldest_dead_age_ms,
+          runningNearExpiry: q.running_near_expiry,
+          slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined,
+        };
+      }),
+      listener: { listening: this.notifier.listening, downForMs: this.notifier.downForMs },
+      pool: { total: this.pool.totalCount, idle: this.pool.idleCount, waiting: this.pool.waitingCount },
+      database: { connections: database?.connections ?? 0, lockWaits: database?.lock_waits ?? 0 },
+    };
+  }
+
+  private async setPaused(queue: string, paused: boolean): Promise<void> {
+    const rows = await run(this.pool, this.queries.setQueuePaused, [queue, paused, this.channel]);
+    if (rows.length === 0) throw new JobStateError('QUEUE_NOT_FOUND', `Queue "${String(queue).slice(0, 128)}" is not declared; nothing to ${paused ? 'pause' : 'resume'}.`);
+  }
+
+  private async endJob(
+    id: string,
+    allowed: JobStatus[],
+    kind: string,
+    note: OperatorNote,
+    refusal: 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_DEAD',
+    verb: string,
+  ): Promise<void> {
+    const [row] = await run<{ previous_status: string; applied: boolean }>(this.pool, this.queries.cancel, [
+      checkedId(id),
+      allowed,
+      kind,
+      note.actor ?? null,
+      boundedNote(note.reason),
+      this.channel,
+    ]);
+    if (!row) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
+    if (!row.applied) {
+      throw new JobStateError(refusal, `Job ${id} is ${row.previous_status}: only ${allowed.join(', ')} jobs can be ${verb}.`);
+    }
+  }
+
   private async isKnownQueue(queue: string): Promise<boolean> {
     if (this.knownQueues.has(queue)) return true;
     const rows = await run<{ name: string }>(this.pool, this.queries.listQueues, []);
     for (const row of rows) this.knownQueues.add(row.name);
     return this.knownQueues.has(queue);
   }
+}
+
+function checkedId(id: string): string {
+  if (typeof id !== 'string' || !/^\d{1,19}$/.test(id)) {
+    throw new InvalidOptionError('id', `${JSON.stringify(String(id).slice(0, 40))} is not a job id`, 'Job ids are the decimal strings enqueue returned.');
+  }
+  return id;
+}
+
+/** Operator notes are stored with the history: bounded, like error messages. */
+function boundedNote(text: string | undefined): string | null {
+  if (text === undefined) return null;
+  return text.length > 1_000 ? `${text.slice(0, 999)}…` : text;
 }

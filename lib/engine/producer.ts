@@ -3,6 +3,7 @@ import { run, type Queryable } from './db.js';
 import { InvalidJobError } from './errors.js';
 import { isQueueName } from './identifiers.js';
 import type { Queries } from './sql.js';
+import { captureTraceContext, type TraceCarrier } from './tracing.js';
 
 export interface EnqueueOptions {
   /** Higher runs first among due jobs, from -1000 to 1000 (default 0). A preference, not FIFO. */
@@ -47,6 +48,7 @@ interface EnqueueRow {
   d: number | null;
   ma: number | null;
   mr: number | null;
+  tc: TraceCarrier | null;
 }
 
 export interface ProducerDeps {
@@ -134,6 +136,7 @@ export class Producer {
       d: delayMs === undefined ? null : Math.round(delayMs),
       ma: maxAttempts ?? null,
       mr: maxRuntimeMs ?? null,
+      tc: captureTraceContext(),
     };
   }
 }

@@ -56,6 +56,15 @@ export interface Queries {
   readonly nextScheduledInMs: QueryText;
   readonly getJob: QueryText;
   readonly jobEvents: QueryText;
+  readonly setQueuePaused: QueryText;
+  readonly cancel: QueryText;
+  readonly replay: QueryText;
+  readonly listDead: QueryText;
+  readonly deleteJob: QueryText;
+  readonly purgeDead: QueryText;
+  readonly pruneSucceeded: QueryText;
+  readonly queueStats: QueryText;
+  readonly databaseStats: QueryText;
 }
 
 export interface QueryText {
@@ -85,19 +94,19 @@ export function createQueries(schemaName: string): Queries {
      * Inserts a batch in one round trip and wakes workers in the same transaction: NOTIFY is
      * delivered only when the transaction commits, so a worker never wakes for a job it cannot see.
      * Jobs not yet due go to 'scheduled' (database time decides) and wake the scheduler instead.
-     * $1 is a JSON array of { q, p, pr, at, d, ma, mr }; $2 the channel; $3 the scheduler's payload.
+     * $1 is a JSON array of { q, p, pr, at, d, ma, mr, tc }; $2 the channel; $3 the scheduler's payload.
      */
     enqueue: q(
       'enqueue',
       `WITH input AS (
          SELECT t.*, coalesce(t.at, now() + ${ms('coalesce(t.d, 0)')}) AS available_at
          FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
-                AS (q text, p jsonb, pr integer, at timestamptz, d bigint, ma integer, mr integer))
-              WITH ORDINALITY AS t(q, p, pr, at, d, ma, mr, ord)
+                AS (q text, p jsonb, pr integer, at timestamptz, d bigint, ma integer, mr integer, tc jsonb))
+              WITH ORDINALITY AS t(q, p, pr, at, d, ma, mr, tc, ord)
        ), inserted AS (
-         INSERT INTO ${jobs} (queue_name, payload, priority, status, available_at, max_attempts, max_runtime_ms)
+         INSERT INTO ${jobs} (queue_name, payload, priority, status, available_at, max_attempts, max_runtime_ms, trace_context)
          SELECT q, p, pr, CASE WHEN available_at > now() THEN 'scheduled'::${status} ELSE 'pending'::${status} END,
-                available_at, ma, mr
+                available_at, ma, mr, tc
          FROM input ORDER BY ord
          RETURNING id, queue_name, status
        ), woken AS (
@@ -121,6 +130,8 @@ export function createQueries(schemaName: string): Queries {
       `WITH candidate AS (
          SELECT id FROM ${jobs}
          WHERE queue_name = $1 AND status = 'pending' AND available_at <= now()
+           -- A paused queue claims nothing (evaluated once per statement, not per row).
+           AND NOT EXISTS (SELECT 1 FROM ${s}.queues WHERE name = $1 AND paused_at IS NOT NULL)
          ORDER BY priority DESC, available_at, id
          LIMIT $3
          FOR UPDATE SKIP LOCKED
@@ -143,7 +154,9 @@ export function createQueries(schemaName: string): Queries {
        RETURNING j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts,
                  j.lease_token::text AS lease_token, j.created_at, j.deadline_at,
                  (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
-                 j.lease_expires_at >= j.deadline_at AS lease_at_deadline`,
+                 j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
+                 j.trace_context,
+                 (extract(epoch FROM now() - j.available_at) * 1000)::float8 AS waited_ms`,
     ),
 
     /**
@@ -337,10 +350,207 @@ export function createQueries(schemaName: string): Queries {
        FROM ${jobs} WHERE id = $1`,
     ),
 
+    /**
+     * Pauses ($2 = true) or resumes a queue for every process. Resuming wakes its workers.
+     * $1 queue, $2 paused?, $3 channel.
+     */
+    setQueuePaused: q(
+      'set-queue-paused',
+      `WITH changed AS (
+         UPDATE ${s}.queues SET paused_at = CASE WHEN $2::boolean THEN coalesce(paused_at, now()) END
+         WHERE name = $1 RETURNING name, paused_at
+       )
+       ), woken AS (
+         SELECT count(pg_notify($3, name)) AS n FROM changed WHERE paused_at IS NULL
+       )
+       SELECT c.name, c.paused_at FROM changed c CROSS JOIN woken`,
+    ),
+
+    /**
+     * An operator ends a job: cancel (scheduled, pending or running) or discard (dead), as given
+     * by $2. It waits for the row lock (no SKIP LOCKED): a transactional completion in progress
+     * decides first. A running job is cancelled at once in the table, so its worker's late writes
+     * are refused by the fence with the reason "cancelled"; a NOTIFY tells that worker to abort
+     * the handler's signal now rather than at its next heartbeat.
+     * $1 id, $2 allowed statuses, $3 event kind, $4 actor, $5 reason, $6 channel.
+     */
+    cancel: q(
+      'cancel',
+      `WITH target AS (
+         SELECT id, status, lease_owner, lease_token, attempt_count FROM ${jobs} WHERE id = $1 FOR UPDATE
+       ), ended AS (
+         UPDATE ${jobs} AS j
+         SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL
+         FROM target t
+         WHERE j.id = t.id AND t.status = ANY($2::${status}[])
+         RETURNING j.id
+       ), audit AS (
+         INSERT INTO ${events} (job_id, kind, from_status, to_status, attempt, lease_token, worker, actor, message)
+         SELECT t.id, $3, t.status, 'cancelled', t.attempt_count, t.lease_token, t.lease_owner, $4, $5
+         FROM target t JOIN ended e ON e.id = t.id
+       ), woken AS (
+         SELECT count(pg_notify($6, '*cancel:' || t.id)) AS n
+         FROM target t JOIN ended e ON e.id = t.id WHERE t.status = 'running'
+       )
+       SELECT t.status::text AS previous_status, EXISTS (SELECT 1 FROM ended) AS applied
+       FROM target t CROSS JOIN woken`,
+    ),
+
+    /**
+     * Replays dead jobs in place: same id, same history (plus a 'replayed' row saying who and
+     * why), a fresh attempt budget, and a token that keeps growing (the next claim increments it,
+     * so a worker from before the replay can never complete the new attempt). Jobs that are not
+     * dead are reported, not touched. $1 ids, $2 actor, $3 reason, $4 channel.
+     */
+    replay: q(
+      'replay',
+      `WITH input AS (
+         SELECT DISTINCT unnest($1::bigint[]) AS id
+       ), target AS (
+         SELECT j.id, j.attempt_count, j.lease_token, j.last_error_code
+         FROM ${jobs} j JOIN input i ON i.id = j.id
+         WHERE j.status = 'dead'
+         FOR UPDATE OF j
+       ), replayed AS (
+         UPDATE ${jobs} AS j
+         SET status = 'pending', attempt_count = 0, release_count = 0, available_at = now(), finished_at = NULL
+         FROM target t
+         WHERE j.id = t.id
+         RETURNING j.id, j.queue_name
+       ), audit AS (
+         INSERT INTO ${events} (job_id, kind, from_status, to_status, attempt, lease_token, actor, error_code, message)
+         SELECT t.id, 'replayed', 'dead', 'pending', t.attempt_count, t.lease_token, $2, t.last_error_code, $3
+         FROM target t
+       ), woken AS (
+         SELECT count(pg_notify($4, d.queue_name)) AS n FROM (SELECT DISTINCT queue_name FROM replayed) d
+       )
+       SELECT i.id::text AS id, r.id IS NOT NULL AS replayed, j.status::text AS status
+       FROM input i
+         LEFT JOIN replayed r ON r.id = i.id
+         LEFT JOIN ${jobs} j ON j.id = i.id
+         CROSS JOIN woken
+       ORDER BY i.id`,
+    ),
+
+    /**
+     * Dead jobs, oldest death first, optionally of one queue and error code, after a keyset
+     * cursor ($3 finished_at, $4 id). $5 limit.
+     */
+    listDead: q(
+      'list-dead',
+      `SELECT id::text AS id, queue_name, priority, attempt_count, max_attempts, last_error_code, last_error_message,
+              created_at, finished_at, lease_token::text AS lease_token
+       FROM ${jobs}
+       WHERE status = 'dead'
+         AND ($1::text IS NULL OR queue_name = $1)
+         AND ($2::text IS NULL OR last_error_code = $2)
+         AND ($3::timestamptz IS NULL OR (finished_at, id) > ($3::timestamptz, $4::bigint))
+       ORDER BY finished_at, id
+       LIMIT $5`,
+    ),
+
+    /**
+     * Deletes one finished job on an operator's explicit request, and records that it did.
+     * $1 id, $2 actor, $3 reason.
+     */
+    deleteJob: q(
+      'delete-job',
+      `WITH removed AS (
+         DELETE FROM ${jobs} WHERE id = $1 AND status IN ('succeeded', 'dead', 'cancelled')
+         RETURNING id, status, queue_name, finished_at
+       ), logged AS (
+         INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
+         SELECT $2, $3, status, queue_name, finished_at, 1, ARRAY[id] FROM removed
+       )
+       SELECT (SELECT count(*) FROM removed)::int AS removed,
+              (SELECT status::text FROM ${jobs} WHERE id = $1) AS status`,
+    ),
+
+    /**
+     * An explicit purge of dead jobs that died before $1 (of queue $2, or all), one bounded batch
+     * ($3), recorded in purges with the ids it removed. Never run by a timer.
+     * $4 actor, $5 reason.
+     */
+    purgeDead: q(
+      'purge-dead',
+      `WITH doomed AS (
+         SELECT id FROM ${jobs}
+         WHERE status = 'dead' AND finished_at < $1 AND ($2::text IS NULL OR queue_name = $2)
+         ORDER BY finished_at, id
+         LIMIT $3
+         FOR UPDATE SKIP LOCKED
+       ), removed AS (
+         DELETE FROM ${jobs} AS j USING doomed d WHERE j.id = d.id RETURNING j.id
+       ), logged AS (
+         INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
+         SELECT $4, $5, 'dead', $2, $1, count(*), array_agg(id ORDER BY id) FROM removed HAVING count(*) > 0
+         RETURNING removed
+       )
+       SELECT coalesce((SELECT removed FROM logged), 0)::int AS removed`,
+    ),
+
+    /**
+     * Retention: deletes succeeded jobs that finished more than $1 ms ago, oldest first, one
+     * bounded batch ($2) per statement. Dead, running and pending jobs are never touched.
+     */
+    pruneSucceeded: q(
+      'prune-succeeded',
+      `WITH doomed AS (
+         SELECT id FROM ${jobs}
+         WHERE status = 'succeeded' AND finished_at < now() - ${ms('$1::bigint')}
+         ORDER BY finished_at
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+       ), removed AS (
+         DELETE FROM ${jobs} AS j USING doomed d WHERE j.id = d.id RETURNING j.id
+       )
+       SELECT count(*)::int AS removed FROM removed`,
+    ),
+
+    /**
+     * Per-queue figures, each read from its status's partial index (a UNION of per-status scans,
+     * not one scan of the whole table). Ages are by database time. $1 "near expiry" window in ms.
+     */
+    queueStats: q(
+      'queue-stats',
+      `WITH counts AS (
+         SELECT queue_name, 'pending' AS status, count(*) AS n, min(available_at) AS oldest FROM ${jobs} WHERE status = 'pending' GROUP BY 1
+         UNION ALL
+         SELECT queue_name, 'scheduled', count(*), min(available_at) FROM ${jobs} WHERE status = 'scheduled' GROUP BY 1
+         UNION ALL
+         SELECT queue_name, 'running', count(*), min(claimed_at) FROM ${jobs} WHERE status = 'running' GROUP BY 1
+         UNION ALL
+         SELECT queue_name, 'dead', count(*), min(finished_at) FROM ${jobs} WHERE status = 'dead' GROUP BY 1
+         UNION ALL
+         SELECT queue_name, status::text, count(*), min(finished_at) FROM ${jobs} WHERE status IN ('succeeded', 'cancelled') GROUP BY 1, 2
+       ), near_expiry AS (
+         SELECT queue_name, count(*) AS n FROM ${jobs}
+         WHERE status = 'running' AND lease_expires_at < now() + ${ms('$1::bigint')} GROUP BY 1
+       )
+       SELECT q.name AS queue, q.paused_at,
+              coalesce(jsonb_object_agg(c.status, c.n) FILTER (WHERE c.status IS NOT NULL), '{}') AS counts,
+              (extract(epoch FROM now() - min(c.oldest) FILTER (WHERE c.status = 'pending')) * 1000)::float8 AS oldest_claimable_age_ms,
+              (extract(epoch FROM now() - min(c.oldest) FILTER (WHERE c.status = 'dead')) * 1000)::float8 AS oldest_dead_age_ms,
+              coalesce(max(ne.n), 0)::int AS running_near_expiry
+       FROM ${s}.queues q
+         LEFT JOIN counts c ON c.queue_name = q.name
+         LEFT JOIN near_expiry ne ON ne.queue_name = q.name
+       GROUP BY q.name, q.paused_at
+       ORDER BY q.name`,
+    ),
+
+    /** Sessions of this database and how many of them wait on a lock right now. */
+    databaseStats: q(
+      'database-stats',
+      `SELECT count(*)::int AS connections,
+              count(*) FILTER (WHERE wait_event_type = 'Lock')::int AS lock_waits
+       FROM pg_stat_activity WHERE datname = current_database()`,
+    ),
+
     jobEvents: q(
       'job-events',
       `SELECT id::text AS id, at, kind, from_status::text AS from_status, to_status::text AS to_status, attempt,
-              lease_token::text AS lease_token, worker, error_code, message
+              lease_token::text AS lease_token, worker, actor, error_code, message
        FROM ${events} WHERE job_id = $1 ORDER BY id`,
     ),
   };

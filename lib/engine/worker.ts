@@ -8,6 +8,7 @@ import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
 import type { Queries } from './sql.js';
+import { runInJobSpan } from './tracing.js';
 import type { HandlerOptions, JobHandlerFn } from './types.js';
 
 export const HANDLER_DEFAULTS: HandlerOptions = {
@@ -215,6 +216,7 @@ export class Worker {
       return;
     } finally {
       this.deps.metrics.increment('claim_queries', { queue: this.queue });
+      this.deps.metrics.observe('claim_query_ms', performance.now() - requestedAt, { queue: this.queue });
     }
     if (rows.length < limit) this.lastShortClaimAt = requestedAt;
     this.moreWork = rows.length === limit || this.wakeups !== wakeupsBefore;
@@ -222,6 +224,7 @@ export class Worker {
     for (const row of rows) {
       const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs: this.abortMarginMs }, this.deps);
       this.deps.metrics.increment('jobs_claimed', { queue: this.queue });
+      this.deps.metrics.observe('claim_wait_ms', Math.max(0, row.waited_ms), { queue: this.queue });
       this.deps.metrics.emit({ type: 'claimed', queue: this.queue, jobId: lease.job.id, attempt: lease.job.attempt, leaseToken: lease.job.leaseToken });
       this.buffered.push(lease);
     }
@@ -240,12 +243,13 @@ export class Worker {
     let outcome: { ok: true } | { ok: false; error: unknown };
     const abandon = this.watchForUnsettled(lease);
     try {
-      await this.handler(lease.job as never, lease.context);
+      await runInJobSpan(lease.job, lease.traceCarrier, async () => this.handler(lease.job as never, lease.context));
       outcome = { ok: true };
     } catch (error) {
       outcome = { ok: false, error };
     } finally {
       abandon.cancel();
+      this.deps.metrics.observe('handler_duration_ms', performance.now() - startedAt, { queue: this.queue });
     }
     // Not ours any more: stop() released it, or the handler ignored its abort past the grace.
     if (!this.running.delete(lease)) return;
@@ -253,6 +257,15 @@ export class Worker {
     this.dispatch();
     this.poke();
     this.track(outcome.ok ? this.complete(lease, startedAt) : this.fail(lease, outcome.error));
+  }
+
+  /** An operator cancelled a job (a NOTIFY from any process): abort its handler if it runs here. */
+  cancelled(jobId: string): void {
+    for (const lease of this.running.keys()) {
+      if (lease.job.id === jobId) lease.abort('CANCELLED', 'the job was cancelled by an operator');
+    }
+    const waiting = this.buffered.findIndex((lease) => lease.job.id === jobId);
+    if (waiting !== -1) this.buffered.splice(waiting, 1)[0]!.dispose(); // final in the table already
   }
 
   /**
@@ -264,14 +277,15 @@ export class Worker {
     let timer: NodeJS.Timeout | undefined;
     const onAbort = () => {
       const code = lease.abortCode;
-      if (code !== 'LEASE_EXPIRED' && code !== 'MAX_RUNTIME') return;
+      if (code !== 'LEASE_EXPIRED' && code !== 'MAX_RUNTIME' && code !== 'CANCELLED') return;
       timer = setTimeout(() => {
         if (!this.running.delete(lease)) return;
         lease.dispose();
-        this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") ignored its aborted signal (${code}); its slot is freed and the attempt failed.`);
+        this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") ignored its aborted signal (${code}); its slot is freed.`);
         this.dispatch();
         this.poke();
-        this.track(this.fail(lease, new Error('the handler did not settle after its signal was aborted')));
+        // A cancelled job is already final in the table: nothing to write.
+        if (code !== 'CANCELLED') this.track(this.fail(lease, new Error('the handler did not settle after its signal was aborted')));
       }, Math.max(1, Math.floor(this.abortMarginMs / 2)));
       timer.unref();
     };
@@ -292,6 +306,7 @@ export class Worker {
       return;
     }
     this.deps.metrics.increment('jobs_succeeded', { queue: this.queue });
+    this.deps.metrics.observe('completion_latency_ms', performance.now() - lease.claimedAt, { queue: this.queue });
     this.deps.metrics.emit({ type: 'succeeded', queue: this.queue, jobId: lease.job.id, durationMs: performance.now() - startedAt });
   }
 

@@ -1,0 +1,50 @@
+import { context, propagation, SpanKind, SpanStatusCode, trace, type Link } from '@opentelemetry/api';
+import type { Job } from './types.js';
+
+/**
+ * Trace context across the queue. At enqueue the active OpenTelemetry context is injected into a
+ * W3C carrier stored with the job; the handler then runs in a CONSUMER span linked to it (a link,
+ * not a parent: a retry days later is not part of the request that enqueued the job). Without an
+ * SDK every call here is the API's no-op, and nothing is stored.
+ */
+export type TraceCarrier = Record<string, string>;
+
+const tracer = () => trace.getTracer('nestjs-pg-queue');
+
+export function captureTraceContext(): TraceCarrier | null {
+  const carrier: TraceCarrier = {};
+  propagation.inject(context.active(), carrier);
+  return Object.keys(carrier).length > 0 ? carrier : null;
+}
+
+export function runInJobSpan<R>(job: Job, carrier: TraceCarrier | null, fn: () => Promise<R>): Promise<R> {
+  const links: Link[] = [];
+  if (carrier) {
+    const producer = trace.getSpanContext(propagation.extract(context.active(), carrier));
+    if (producer) links.push({ context: producer });
+  }
+  return tracer().startActiveSpan(
+    `process ${job.queue}`,
+    {
+      kind: SpanKind.CONSUMER,
+      links,
+      attributes: {
+        'messaging.system': 'nestjs-pg-queue',
+        'messaging.destination.name': job.queue,
+        'messaging.message.id': job.id,
+        'pgqueue.attempt': job.attempt,
+        'pgqueue.lease_token': job.leaseToken,
+      },
+    },
+    async (span) => {
+      try {
+        return await fn();
+      } catch (error) {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+        throw error;
+      } finally {
+        span.end();
+      }
+    },
+  );
+}
