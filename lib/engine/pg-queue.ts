@@ -506,7 +506,7 @@ export class PgQueue {
     const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
     let after: [string | null, string | null] = [null, null];
     if (filter.cursor !== undefined) {
-      const match = /^(\d{4}-[^|]+)\|(\d{1,19})$/.exec(filter.cursor);
+      const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(filter.cursor);
       if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
       after = [match[1]!, match[2]!];
     }
@@ -523,8 +523,7 @@ export class PgQueue {
       createdAt: r.created_at,
       finishedAt: r.finished_at,
     }));
-    const last = jobs.at(-1);
-    return { jobs, nextCursor: jobs.length === limit && last ? `${last.finishedAt.toISOString()}|${last.id}` : undefined };
+    return { jobs, nextCursor: jobs.length === limit ? (rows.at(-1)?.cursor as string | undefined) : undefined };
   }
 
   /**

@@ -359,7 +359,6 @@ export function createQueries(schemaName: string): Queries {
       `WITH changed AS (
          UPDATE ${s}.queues SET paused_at = CASE WHEN $2::boolean THEN coalesce(paused_at, now()) END
          WHERE name = $1 RETURNING name, paused_at
-       )
        ), woken AS (
          SELECT count(pg_notify($3, name)) AS n FROM changed WHERE paused_at IS NULL
        )
@@ -439,7 +438,9 @@ export function createQueries(schemaName: string): Queries {
     listDead: q(
       'list-dead',
       `SELECT id::text AS id, queue_name, priority, attempt_count, max_attempts, last_error_code, last_error_message,
-              created_at, finished_at, lease_token::text AS lease_token
+              created_at, finished_at, lease_token::text AS lease_token,
+              -- The cursor keeps the full microsecond precision a JS Date would lose.
+              finished_at::text || '|' || id AS cursor
        FROM ${jobs}
        WHERE status = 'dead'
          AND ($1::text IS NULL OR queue_name = $1)

@@ -41,9 +41,13 @@ export async function engineFixture(label: string) {
     /** Inserts jobs directly with one statement, for backlogs and fixtures. */
     async insertJobs(queue: string, count: number, extra: { status?: string; availableInSeconds?: number; priority?: number } = {}) {
       await pool.query(`INSERT INTO pgqueue.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`, [queue]);
+      // A running row needs a lease (a CHECK constraint): give it one owned by nobody alive.
       await pool.query(
-        `INSERT INTO pgqueue.jobs (queue_name, payload, status, priority, available_at)
-         SELECT $1, jsonb_build_object('n', g), $3::pgqueue.job_status, $4, now() + $5 * interval '1 second'
+        `INSERT INTO pgqueue.jobs (queue_name, payload, status, priority, available_at, lease_owner, lease_expires_at, deadline_at)
+         SELECT $1, jsonb_build_object('n', g), $3::pgqueue.job_status, $4, now() + $5 * interval '1 second',
+                CASE WHEN $3 = 'running' THEN 'fixture' END,
+                CASE WHEN $3 = 'running' THEN now() + interval '1 hour' END,
+                CASE WHEN $3 = 'running' THEN now() + interval '1 hour' END
          FROM generate_series(1, $2) g`,
         [queue, count, extra.status ?? 'pending', extra.priority ?? 0, extra.availableInSeconds ?? 0],
       );
