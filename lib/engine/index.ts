@@ -37,3 +37,5 @@ export {
   JobStateError,
   type FenceLossReason,
 } from './errors.js';
+export { renderPrometheus } from './prometheus.js';
+export { checkHealth, HEALTH_DEFAULTS, type HealthThresholds, type HealthReport } from './health.js';

@@ -1,0 +1,38 @@
+import type { EngineStats, PgQueue } from './pg-queue.js';
+
+export interface HealthThresholds {
+  /** Unhealthy when a queue's oldest claimable job has waited longer than this (default 5 min). */
+  maxClaimableAgeMs?: number;
+  /** Unhealthy when the LISTEN connection has been down longer than this (default 1 min). */
+  maxListenerDownMs?: number;
+}
+
+export interface HealthReport {
+  healthy: boolean;
+  /** One sentence per problem, naming the queue and the figure. */
+  problems: string[];
+  stats: EngineStats;
+}
+
+export const HEALTH_DEFAULTS = { maxClaimableAgeMs: 5 * 60_000, maxListenerDownMs: 60_000 } as const;
+
+/**
+ * Health by age, as the reference asks: a small queue can still be broken if its oldest job has
+ * not moved. Paused queues are exempt from the age check (their age is expected to grow).
+ * Usable as it is, or from a @nestjs/terminus indicator.
+ */
+export async function checkHealth(queue: PgQueue, thresholds: HealthThresholds = {}): Promise<HealthReport> {
+  const maxClaimableAgeMs = thresholds.maxClaimableAgeMs ?? HEALTH_DEFAULTS.maxClaimableAgeMs;
+  const maxListenerDownMs = thresholds.maxListenerDownMs ?? HEALTH_DEFAULTS.maxListenerDownMs;
+  const stats = await queue.stats();
+  const problems: string[] = [];
+  for (const q of stats.queues) {
+    if (!q.paused && q.oldestClaimableAgeMs !== null && q.oldestClaimableAgeMs > maxClaimableAgeMs) {
+      problems.push(`queue "${q.queue}": the oldest claimable job has waited ${Math.round(q.oldestClaimableAgeMs / 1_000)} s (limit ${maxClaimableAgeMs / 1_000} s)`);
+    }
+  }
+  if (stats.listener.downForMs > maxListenerDownMs) {
+    problems.push(`the LISTEN connection has been down for ${Math.round(stats.listener.downForMs / 1_000)} s (limit ${maxListenerDownMs / 1_000} s); workers only poll meanwhile`);
+  }
+  return { healthy: problems.length === 0, problems, stats };
+}

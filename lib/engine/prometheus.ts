@@ -1,0 +1,97 @@
+import { HISTOGRAM_BUCKETS_MS, type EngineMetrics, type Labels } from './metrics.js';
+import type { EngineStats } from './pg-queue.js';
+
+/**
+ * The Prometheus text exposition of a process's counters and histograms plus a database
+ * snapshot (`PgQueue.stats()`). Counters and histograms are this process's; gauges read from the
+ * database are the whole queue's, so scrape one process for them or aggregate with `max`.
+ */
+export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats): string {
+  const out: string[] = [];
+  const family = (name: string, type: 'counter' | 'gauge' | 'histogram', help: string) => {
+    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+  };
+  const sample = (name: string, labels: Labels, value: number) => out.push(`${name}${formatLabels(labels)} ${formatValue(value)}`);
+
+  const counters = metrics.snapshot();
+  for (const [counter, help] of Object.entries(COUNTER_HELP)) {
+    const name = `pgqueue_${counter}_total`;
+    family(name, 'counter', help);
+    for (const c of counters.filter((c) => c.name === counter)) sample(name, c.labels, c.value);
+  }
+
+  const histograms = metrics.histogramSnapshot();
+  for (const [histogram, help] of Object.entries(HISTOGRAM_HELP)) {
+    const name = `pgqueue_${histogram}`;
+    family(name, 'histogram', help);
+    for (const h of histograms.filter((h) => h.name === histogram)) {
+      HISTOGRAM_BUCKETS_MS.forEach((le, i) => sample(`${name}_bucket`, { ...h.labels, le }, h.buckets[i]!));
+      sample(`${name}_bucket`, { ...h.labels, le: '+Inf' }, h.count);
+      sample(`${name}_sum`, h.labels, h.sum);
+      sample(`${name}_count`, h.labels, h.count);
+    }
+  }
+
+  family('pgqueue_jobs', 'gauge', 'Jobs per queue and status, from the database.');
+  for (const q of stats.queues) for (const [status, n] of Object.entries(q.counts)) sample('pgqueue_jobs', { queue: q.queue, status }, n);
+  family('pgqueue_oldest_claimable_age_seconds', 'gauge', 'Age of the oldest job that is due and unclaimed: alert on this.');
+  for (const q of stats.queues) sample('pgqueue_oldest_claimable_age_seconds', { queue: q.queue }, (q.oldestClaimableAgeMs ?? 0) / 1_000);
+  family('pgqueue_oldest_dead_age_seconds', 'gauge', 'Age of the oldest unresolved dead job.');
+  for (const q of stats.queues) sample('pgqueue_oldest_dead_age_seconds', { queue: q.queue }, (q.oldestDeadAgeMs ?? 0) / 1_000);
+  family('pgqueue_running_near_lease_expiry', 'gauge', 'Running jobs whose lease ends within the near-expiry window.');
+  for (const q of stats.queues) sample('pgqueue_running_near_lease_expiry', { queue: q.queue }, q.runningNearExpiry);
+  family('pgqueue_queue_paused', 'gauge', '1 when the queue is paused.');
+  for (const q of stats.queues) sample('pgqueue_queue_paused', { queue: q.queue }, q.paused ? 1 : 0);
+  family('pgqueue_worker_slots', 'gauge', "This process's handler slots per queue.");
+  family('pgqueue_worker_busy_slots', 'gauge', "This process's busy handler slots per queue.");
+  family('pgqueue_worker_saturation', 'gauge', 'Busy slots over total slots (1 = saturated).');
+  for (const q of stats.queues) {
+    if (!q.slots) continue;
+    sample('pgqueue_worker_slots', { queue: q.queue }, q.slots.total);
+    sample('pgqueue_worker_busy_slots', { queue: q.queue }, q.slots.busy);
+    sample('pgqueue_worker_saturation', { queue: q.queue }, q.slots.busy / q.slots.total);
+  }
+  family('pgqueue_listener_up', 'gauge', '1 while the LISTEN connection is up.');
+  sample('pgqueue_listener_up', {}, stats.listener.listening ? 1 : 0);
+  family('pgqueue_listener_down_seconds', 'gauge', 'How long the LISTEN connection has been down (0 when up).');
+  sample('pgqueue_listener_down_seconds', {}, stats.listener.downForMs / 1_000);
+  family('pgqueue_pool_connections', 'gauge', "The pool's connections by state.");
+  sample('pgqueue_pool_connections', { state: 'total' }, stats.pool.total);
+  sample('pgqueue_pool_connections', { state: 'idle' }, stats.pool.idle);
+  sample('pgqueue_pool_connections', { state: 'waiting' }, stats.pool.waiting);
+  family('pgqueue_database_connections', 'gauge', 'Sessions on the database.');
+  sample('pgqueue_database_connections', {}, stats.database.connections);
+  family('pgqueue_database_lock_waits', 'gauge', 'Sessions on the database waiting on a lock right now.');
+  sample('pgqueue_database_lock_waits', {}, stats.database.lockWaits);
+  return `${out.join('\n')}\n`;
+}
+
+const COUNTER_HELP: Record<string, string> = {
+  jobs_claimed: 'Jobs claimed by this process.',
+  jobs_succeeded: 'Jobs completed by this process (fenced).',
+  jobs_retried: 'Failed attempts scheduled for retry, by error code and attempt.',
+  jobs_dead: 'Jobs that went dead (from a failure here, or reaped by this process), by error code.',
+  jobs_released: 'Jobs handed back at shutdown.',
+  lease_lost: 'Fenced writes refused: the worker no longer owned the job (lost-fence attempts), by reason and operation.',
+  lease_expired: 'Expired leases recovered by this process\'s reaper, by code (LEASE_EXPIRED, MAX_RUNTIME).',
+  heartbeats: 'Lease renewals written.',
+  heartbeat_failures: 'Heartbeats that failed to reach the database.',
+  claim_queries: 'Claim statements run (throughput: rate of jobs_succeeded; claim efficiency: jobs_claimed / claim_queries).',
+};
+
+const HISTOGRAM_HELP: Record<string, string> = {
+  claim_wait_ms: 'From when a job was due to its claim, in ms (claim latency).',
+  completion_latency_ms: 'From claim to recorded completion, in ms.',
+  claim_query_ms: 'Duration of the claim statement, in ms.',
+  handler_duration_ms: "Handlers' run time, in ms.",
+};
+
+function formatLabels(labels: Labels): string {
+  const entries = Object.entries(labels);
+  if (entries.length === 0) return '';
+  return `{${entries.map(([k, v]) => `${k}="${String(v).replaceAll('\\', '\\\\').replaceAll('"', '\\"').replaceAll('\n', '\\n')}"`).join(',')}}`;
+}
+
+function formatValue(value: number): string {
+  return Number.isFinite(value) ? String(value) : value > 0 ? '+Inf' : value < 0 ? '-Inf' : 'NaN';
+}
