@@ -1,14 +1,48 @@
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
+
+// Nest's DI reads constructor types from decorator metadata; without these switches oxc emits
+// none and injection silently yields undefined. Every project needs them: projects do not inherit
+// the root's Vite options.
+const oxc = { decorator: { legacy: true, emitDecoratorMetadata: true } } as const;
+
+const shared = {
+  globals: true,
+  testTimeout: 30_000,
+  hookTimeout: 60_000,
+};
+
+// Timing-sensitive files (crash, fairness, backlog, latency) live under test/serial/: they run one
+// file at a time, after the parallel files have finished (sequence.groupOrder), so they never
+// compete with them for the two cores.
+const SERIAL = 'test/serial/**/*.spec.ts';
 
 export default defineConfig({
-  // Nest's DI reads constructor types from decorator metadata; without these switches oxc emits
-  // none and injection silently yields undefined.
-  oxc: { decorator: { legacy: true, emitDecoratorMetadata: true } },
+  oxc,
   test: {
-    globals: true,
-    include: ['test/**/*.spec.ts', 'lib/**/*.spec.ts'],
+    // On the root config, not in the projects: it then runs once per run (not once per project).
+    // It starts a throwaway PostgreSQL when DATABASE_URL is unset.
     globalSetup: ['./test/support/global-setup.ts'],
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    projects: [
+      {
+        oxc,
+        test: {
+          ...shared,
+          name: 'parallel',
+          include: ['test/**/*.spec.ts', 'lib/**/*.spec.ts'],
+          exclude: [...configDefaults.exclude, SERIAL],
+          sequence: { groupOrder: 0 },
+        },
+      },
+      {
+        oxc,
+        test: {
+          ...shared,
+          name: 'serial',
+          include: [SERIAL],
+          fileParallelism: false,
+          sequence: { groupOrder: 1 },
+        },
+      },
+    ],
   },
 });
