@@ -1,0 +1,1 @@
+export type { JobHandlerMetadata, JobHandlerOptions, PgQueueModuleOptions, PgQueueOptionsFactory } from './pg-queue-options.interface.js';

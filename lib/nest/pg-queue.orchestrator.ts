@@ -1,0 +1,110 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type BeforeApplicationShutdown,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { PgQueue } from '../engine/index.js';
+import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PRUNER_INTERVAL_NAME, REAPER_INTERVAL_NAME } from '../pg-queue.constants.js';
+import { PASS_FAILED, PROCESSING_DISABLED, START_FAILED, STARTED, STOPPED, STOPPING } from '../pg-queue.messages.js';
+import { PgQueueExplorer } from './pg-queue.explorer.js';
+import { PG_QUEUE_RUNTIME_CONFIG } from './pg-queue.providers.js';
+import type { ModuleRuntimeConfig } from './pg-queue.options.js';
+
+/** A periodic maintenance pass of the engine, run from SchedulerRegistry instead of its own timer. */
+interface MaintenancePass {
+  readonly name: string;
+  readonly label: string;
+  /** The pass in progress: passes never overlap, and shutdown waits for it. */
+  current: Promise<void> | undefined;
+}
+
+/**
+ * Runs what the explorer registered. Bootstrap: migrate, start the workers (unless
+ * `processing: false`), declare the producer's queues, and register the engine's maintenance
+ * passes (the reaper's, the pruner's) with `SchedulerRegistry`, so they are visible and managed
+ * like any other interval and never also run on the engine's own timers. Shutdown, in
+ * `beforeApplicationShutdown` (before any provider's `onApplicationShutdown` closes what handlers
+ * use): remove the intervals, stop claiming, let running handlers finish within
+ * `shutdownTimeoutMs`, abort and release the rest (fenced), then close an owned pool.
+ */
+@Injectable()
+export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown {
+  private readonly logger = new Logger(PG_QUEUE_LOGGER_CONTEXT);
+  private readonly passes: MaintenancePass[] = [];
+  private stopping: Promise<void> | undefined;
+
+  constructor(
+    @Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue,
+    @Inject(PG_QUEUE_RUNTIME_CONFIG) private readonly config: ModuleRuntimeConfig,
+    private readonly explorer: PgQueueExplorer,
+    private readonly schedulerRegistry: SchedulerRegistry,
+  ) {}
+
+  async onApplicationBootstrap(): Promise<void> {
+    const { processing, queues } = this.config;
+    try {
+      await this.engine.start({ reaperTimer: false, prunerTimer: false, workers: processing });
+      await this.engine.declareQueues(queues);
+    } catch (error) {
+      this.logger.error(START_FAILED((error as Error).message));
+      // The application is not going to run: give back the pool's connections now, since Nest
+      // does not call the shutdown hooks of an application whose bootstrap failed.
+      await this.engine.stop(0).catch(() => {});
+      throw error;
+    }
+    if (!processing && this.explorer.handledQueues.length > 0) this.logger.warn(PROCESSING_DISABLED(this.explorer.handledQueues));
+    this.schedule(REAPER_INTERVAL_NAME, 'Reaper', this.config.reaperIntervalMs, () => this.engine.reapOnce());
+    if (this.engine.pruner) {
+      this.schedule(PRUNER_INTERVAL_NAME, 'Pruner', this.engine.pruner.config.intervalMs, () => this.engine.pruneOnce());
+    }
+    this.logger.log(STARTED(this.engine.workerId, this.engine.schema, processing));
+  }
+
+  beforeApplicationShutdown(): Promise<void> {
+    this.stopping ??= this.stop();
+    return this.stopping;
+  }
+
+  /**
+   * Nothing is left to do when `beforeApplicationShutdown` ran (it always does in `app.close()`):
+   * the engine already stopped and closed its own pool. Both hooks share one stop, and the
+   * engine's `stop()` is idempotent, so the pool is never closed twice; a pool passed in `pool`
+   * is never closed.
+   */
+  onApplicationShutdown(): Promise<void> {
+    return this.beforeApplicationShutdown();
+  }
+
+  private schedule(name: string, label: string, intervalMs: number, run: () => Promise<unknown>): void {
+    const pass: MaintenancePass = { name, label, current: undefined };
+    const tick = () => {
+      if (pass.current) return;
+      pass.current = run()
+        .then(
+          () => {},
+          (error: unknown) => this.logger.error(PASS_FAILED(label, (error as Error).message)),
+        )
+        .finally(() => {
+          pass.current = undefined;
+        });
+    };
+    this.schedulerRegistry.addInterval(name, setInterval(tick, intervalMs));
+    this.passes.push(pass);
+  }
+
+  private async stop(): Promise<void> {
+    const startedAt = Date.now();
+    for (const pass of this.passes) {
+      if (this.schedulerRegistry.doesExist('interval', pass.name)) this.schedulerRegistry.deleteInterval(pass.name);
+    }
+    await Promise.all(this.passes.map((pass) => pass.current));
+    const inFlight = this.explorer.handledQueues.reduce((sum, queue) => sum + (this.engine.worker(queue)?.inFlight ?? 0), 0);
+    this.logger.log(STOPPING(inFlight, this.config.shutdownTimeoutMs));
+    await this.engine.stop(this.config.shutdownTimeoutMs);
+    this.logger.log(STOPPED(Date.now() - startedAt));
+  }
+}

@@ -1,0 +1,29 @@
+/**
+ * Tokens, metadata keys and defaults of the Nest module, in one place. Keys are plain, namespaced
+ * strings (not `DiscoveryService.createDecorator`'s random keys), so two copies of the library in
+ * one `node_modules` still read each other's metadata, and a debugger shows what they are.
+ */
+
+/** Metadata key that `@JobHandler()` sets on a method. */
+export const JOB_HANDLER_METADATA = 'pg-queue:job-handler';
+
+/** Injection token of the module's options (what `forRoot` / `forRootAsync` produced). */
+export const PG_QUEUE_MODULE_OPTIONS = Symbol('pg-queue:module-options');
+
+/**
+ * Injection token of the framework-free engine (`PgQueue` from `nestjs-pg-queue/engine`) that the
+ * module owns. Inject it for what `QueueService` does not cover (metrics, the event stream).
+ */
+export const PG_QUEUE_ENGINE = Symbol('pg-queue:engine');
+
+/** Name of the reaper's interval in `@nestjs/schedule`'s `SchedulerRegistry`. */
+export const REAPER_INTERVAL_NAME = 'pg-queue:reaper';
+
+/** Name of the pruner's interval (retention of succeeded jobs) in `SchedulerRegistry`. */
+export const PRUNER_INTERVAL_NAME = 'pg-queue:pruner';
+
+/** Context of every log line the module writes through Nest's `Logger`. */
+export const PG_QUEUE_LOGGER_CONTEXT = 'PgQueue';
+
+/** How long shutdown lets running handlers finish before it aborts their signals and releases them. */
+export const SHUTDOWN_TIMEOUT_DEFAULT_MS = 10_000;

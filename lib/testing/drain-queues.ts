@@ -1,0 +1,80 @@
+import type { INestApplicationContext } from '@nestjs/common';
+import { quoteIdentifier, validateSchemaName } from '../engine/identifiers.js';
+import type { PgQueue } from '../engine/index.js';
+import { PgQueueExplorer } from '../nest/pg-queue.explorer.js';
+import { PG_QUEUE_ENGINE } from '../pg-queue.constants.js';
+import { DRAIN_TIMEOUT, ENGINE_NOT_FOUND } from '../pg-queue.messages.js';
+
+/** Anything Nest can resolve providers from: an application, its context, or a `TestingModule`. */
+export type ProviderSource = Pick<INestApplicationContext, 'get'>;
+
+export interface DrainQueuesOptions {
+  /** Reject when the queues have not drained by then (default 10 000 ms). */
+  timeoutMs?: number;
+  /** The queues to wait for (default: every queue with a `@JobHandler` in this application). */
+  queues?: readonly string[];
+  /** How often to look (default 25 ms). */
+  intervalMs?: number;
+}
+
+export const DRAIN_TIMEOUT_DEFAULT_MS = 10_000;
+const DRAIN_INTERVAL_DEFAULT_MS = 25;
+const IDS_SHOWN = 10;
+
+interface LeftRow {
+  queue_name: string;
+  status: string;
+  n: number;
+  ids: string[];
+}
+
+/**
+ * Resolves once every job of the handled queues that can still run before the timeout has
+ * finished: no row is `pending` or `running`, none is `scheduled` to fall due before the timeout
+ * (a delayed job, or a retry waiting out its backoff), and this process has nothing in flight.
+ * Rejects after `timeoutMs`, listing what is left. For e2e tests: enqueue, `await drainQueues(app)`,
+ * then assert on the outcome, with no sleeps.
+ *
+ * Jobs scheduled beyond the timeout are not waited for (they would only make it time out); dead
+ * and cancelled jobs count as finished. It only reads: it never claims or changes a job.
+ *
+ * @publicApi
+ */
+export async function drainQueues(app: ProviderSource, options: DrainQueuesOptions = {}): Promise<void> {
+  const engine = resolve<PgQueue>(app, PG_QUEUE_ENGINE);
+  const queues = options.queues ?? resolve<PgQueueExplorer>(app, PgQueueExplorer).handledQueues;
+  const timeoutMs = options.timeoutMs ?? DRAIN_TIMEOUT_DEFAULT_MS;
+  const intervalMs = options.intervalMs ?? DRAIN_INTERVAL_DEFAULT_MS;
+  if (queues.length === 0) return;
+  const jobs = `${quoteIdentifier(validateSchemaName(engine.schema))}.jobs`;
+  // Read-only and for tests, so it lives with the test kit rather than among the engine's
+  // statements. Scheduled rows count when they fall due before the deadline (database time).
+  const text = `SELECT queue_name, status::text AS status, count(*)::int AS n, (array_agg(id::text ORDER BY id))[1:${IDS_SHOWN}] AS ids
+    FROM ${jobs}
+    WHERE queue_name = ANY($1::text[])
+      AND (status IN ('pending', 'running') OR (status = 'scheduled' AND available_at <= now() + $2 * interval '1 millisecond'))
+    GROUP BY queue_name, status ORDER BY queue_name, status`;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const remainingMs = Math.max(0, deadline - Date.now());
+    const { rows } = await engine.pool.query<LeftRow>(text, [queues, remainingMs]);
+    const inFlight = queues.map((queue) => [queue, engine.worker(queue)?.inFlight ?? 0] as const).filter(([, n]) => n > 0);
+    if (rows.length === 0 && inFlight.length === 0) return;
+    if (remainingMs === 0) throw new Error(DRAIN_TIMEOUT(timeoutMs, describeLeft(rows, inFlight)));
+    await new Promise((r) => setTimeout(r, Math.min(intervalMs, remainingMs)));
+  }
+}
+
+function resolve<T>(app: ProviderSource, token: symbol | Function): T {
+  try {
+    return app.get<unknown, T>(token, { strict: false });
+  } catch {
+    throw new Error(ENGINE_NOT_FOUND('drainQueues'));
+  }
+}
+
+function describeLeft(rows: readonly LeftRow[], inFlight: readonly (readonly [string, number])[]): string {
+  const parts = rows.map((r) => `${r.queue_name}: ${r.n} ${r.status} (id ${r.ids.join(', ')}${r.n > r.ids.length ? ', …' : ''})`);
+  for (const [queue, n] of inFlight) parts.push(`${queue}: ${n} in flight in this process`);
+  return parts.join('; ');
+}
