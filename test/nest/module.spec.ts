@@ -1,0 +1,301 @@
+import 'reflect-metadata';
+import { Injectable, Module, Scope, type INestApplicationContext } from '@nestjs/common';
+import { ConfigModule, ConfigService } from '@nestjs/config';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { Test, type TestingModule } from '@nestjs/testing';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  drainQueues,
+  InvalidOptionError,
+  JobHandler,
+  PG_QUEUE_ENGINE,
+  PgQueueModule,
+  QueueService,
+  PRUNER_INTERVAL_NAME,
+  REAPER_INTERVAL_NAME,
+  type Job,
+  type JobContext,
+  type PgQueue,
+  type PgQueueModuleOptions,
+  type PgQueueOptionsFactory,
+} from '../../lib/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { waitFor } from '../support/engine.js';
+import { CapturingLogger } from '../support/nest.js';
+
+interface Greeting {
+  name: string;
+}
+
+/** Handlers record what they received; each test uses queues of its own. */
+const received: { queue: string; id: string; payload: unknown; attempt: number }[] = [];
+
+@Injectable()
+class GreetingJobs {
+  @JobHandler('greetings', { concurrency: 2, leaseMs: 5_000 })
+  async greet(job: Job<Greeting>, ctx: JobContext): Promise<void> {
+    received.push({ queue: job.queue, id: job.id, payload: job.payload, attempt: ctx.attempt });
+  }
+}
+
+@Injectable()
+class AsyncGreetingJobs {
+  @JobHandler('async-greetings')
+  async greet(job: Job<Greeting>): Promise<void> {
+    received.push({ queue: job.queue, id: job.id, payload: job.payload, attempt: job.attempt });
+  }
+}
+
+@Injectable()
+class ApiOnlyJobs {
+  @JobHandler('api-only')
+  async handle(job: Job<Greeting>): Promise<void> {
+    received.push({ queue: job.queue, id: job.id, payload: job.payload, attempt: job.attempt });
+  }
+}
+
+@Injectable()
+class FirstHandler {
+  @JobHandler('contested')
+  async handle(): Promise<void> {}
+}
+
+@Injectable()
+class SecondHandler {
+  @JobHandler('contested')
+  async process(): Promise<void> {}
+}
+
+@Injectable({ scope: Scope.REQUEST })
+class RequestScopedJobs {
+  @JobHandler('scoped')
+  async handle(): Promise<void> {}
+}
+
+@Injectable()
+class BadLeaseJobs {
+  @JobHandler('bad-lease', { leaseMs: 10 })
+  async handle(): Promise<void> {}
+}
+
+describe('PgQueueModule', () => {
+  let database: TestDatabase;
+  const opened: INestApplicationContext[] = [];
+
+  beforeAll(async () => {
+    database = await createTestDatabase('module');
+  });
+
+  afterEach(async () => {
+    for (const app of opened.splice(0)) await app.close();
+  });
+
+  afterAll(async () => {
+    await database?.drop();
+  });
+
+  const fast = (): PgQueueModuleOptions => ({ connectionString: database.url, pollIntervalMs: 100, reaperIntervalMs: 100 });
+
+  async function compile(imports: unknown[], providers: unknown[] = [], logger = new CapturingLogger()): Promise<TestingModule> {
+    const moduleRef = await Test.createTestingModule({ imports: imports as never[], providers: providers as never[] })
+      .setLogger(logger)
+      .compile();
+    opened.push(moduleRef);
+    return moduleRef;
+  }
+
+  async function boot(imports: unknown[], providers: unknown[] = [], logger = new CapturingLogger()) {
+    const moduleRef = await compile(imports, providers, logger);
+    await moduleRef.init();
+    return { app: moduleRef, queue: moduleRef.get(QueueService), engine: moduleRef.get<PgQueue>(PG_QUEUE_ENGINE), logger };
+  }
+
+  it('forRoot boots, discovers the handler and processes a typed job', async () => {
+    const { app, queue } = await boot([PgQueueModule.forRoot(fast())], [GreetingJobs]);
+    const id = await queue.enqueue<Greeting>('greetings', { name: 'Ada' });
+    await drainQueues(app, { timeoutMs: 10_000 });
+    expect(received).toContainEqual({ queue: 'greetings', id, payload: { name: 'Ada' }, attempt: 1 });
+    expect(await queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 1 });
+  });
+
+  it('forRootAsync reads its options from ConfigService', async () => {
+    const { app, queue } = await boot(
+      [
+        ConfigModule.forRoot({ ignoreEnvFile: true, load: [() => ({ QUEUE_DATABASE_URL: database.url })] }),
+        PgQueueModule.forRootAsync({
+          imports: [ConfigModule],
+          inject: [ConfigService],
+          useFactory: (config: ConfigService): PgQueueModuleOptions => ({
+            connectionString: config.getOrThrow<string>('QUEUE_DATABASE_URL'),
+            pollIntervalMs: 100,
+          }),
+        }),
+      ],
+      [AsyncGreetingJobs],
+    );
+    const [a, b] = await queue.enqueueMany<Greeting>([
+      { queue: 'async-greetings', payload: { name: 'Grace' } },
+      { queue: 'async-greetings', payload: { name: 'Linus' } },
+    ]);
+    await drainQueues(app);
+    expect(await queue.get(a!)).toMatchObject({ status: 'succeeded' });
+    expect(await queue.get(b!)).toMatchObject({ status: 'succeeded' });
+  });
+
+  it('forRootAsync accepts a PgQueueOptionsFactory class', async () => {
+    @Injectable()
+    class QueueConfig implements PgQueueOptionsFactory {
+      createPgQueueOptions(): PgQueueModuleOptions {
+        return { connectionString: database.url, pollIntervalMs: 100, queues: ['from-factory'] };
+      }
+    }
+    const { queue } = await boot([PgQueueModule.forRootAsync({ useClass: QueueConfig })]);
+    // Declared by the `queues` option: this process can enqueue without a handler.
+    expect(await queue.enqueue('from-factory', { n: 1 })).toMatch(/^\d+$/);
+  });
+
+  describe('fails at start with a message naming the option', () => {
+    const cases: [string, PgQueueModuleOptions, RegExp][] = [
+      ['no connection', {}, /Invalid option "connectionString": neither connectionString nor pool is set/],
+      ['a bad shutdownTimeoutMs', { connectionString: 'postgres://x/y', shutdownTimeoutMs: -1 }, /Invalid option "shutdownTimeoutMs": -1 is not an integer from 0/],
+      ['a bad reaperIntervalMs', { connectionString: 'postgres://x/y', reaperIntervalMs: 1.5 }, /Invalid option "reaperIntervalMs"/],
+      ['a misspelt option', { connectionString: 'postgres://x/y', shutdownTimeout: 5 } as PgQueueModuleOptions, /Invalid option "shutdownTimeout": it is not an option of PgQueueModule/],
+      ['a bad migrations mode', { connectionString: 'postgres://x/y', migrations: 'sometimes' as never }, /Invalid option "migrations": "sometimes" is not one of "auto", "verify", "off"/],
+      ['a bad schema', { connectionString: 'postgres://x/y', schema: 'Bad-Schema' }, /Invalid option "schema"/],
+      ['a bad handler default', { connectionString: 'postgres://x/y', handlerDefaults: { concurrency: 0 } }, /Invalid option "handlerDefaults.concurrency"/],
+      ['a bad pruner option', { connectionString: 'postgres://x/y', pruner: { retentionMs: -1 } }, /Invalid option "pruner.retentionMs"/],
+      ['a bad queue name', { connectionString: 'postgres://x/y', queues: ['ok', 'not ok'] }, /Invalid option "queues\[1\]"/],
+    ];
+    for (const [name, options, message] of cases) {
+      it(name, async () => {
+        const failure = compile([PgQueueModule.forRoot(options)]);
+        await expect(failure).rejects.toThrow(InvalidOptionError);
+        await expect(failure).rejects.toThrow(message);
+      });
+    }
+
+    it('from a forRootAsync factory', async () => {
+      const failure = compile([PgQueueModule.forRootAsync({ useFactory: () => ({ connectionString: database.url, poolSize: 0 }) })]);
+      await expect(failure).rejects.toThrow(/Invalid option "poolSize"/);
+    });
+
+    it('on a handler, naming the method', async () => {
+      const moduleRef = await compile([PgQueueModule.forRoot(fast())], [BadLeaseJobs]);
+      await expect(moduleRef.init()).rejects.toThrow(/Invalid option "BadLeaseJobs\.handle\.leaseMs": 10 is not an integer from 200/);
+    });
+  });
+
+  it('refuses two handlers for one queue, naming both', async () => {
+    const moduleRef = await compile([PgQueueModule.forRoot(fast())], [FirstHandler, SecondHandler]);
+    const init = moduleRef.init();
+    await expect(init).rejects.toThrow(InvalidOptionError);
+    await expect(init).rejects.toThrow(/queue "contested" has two handlers: FirstHandler\.handle \(in RootTestModule\) and SecondHandler\.process \(in RootTestModule\)/);
+  });
+
+  it('skips a handler on a request-scoped provider, with a warning that says why', async () => {
+    const { app, logger } = await boot([PgQueueModule.forRoot(fast())], [RequestScopedJobs, GreetingJobs]);
+    const warnings = logger.messages('warn', 'PgQueue');
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(/@JobHandler\('scoped'\) on RequestScopedJobs\.handle is ignored: RequestScopedJobs is request-scoped/);
+    expect(app.get<PgQueue>(PG_QUEUE_ENGINE).worker('scoped')).toBeUndefined();
+    expect(app.get<PgQueue>(PG_QUEUE_ENGINE).worker('greetings')).toBeDefined();
+  });
+
+  it('with processing: false enqueues but never claims', async () => {
+    const apiOnly = await boot([PgQueueModule.forRoot({ ...fast(), processing: false, queues: ['api-only'] })], [ApiOnlyJobs]);
+    expect(apiOnly.logger.messages('warn', 'PgQueue').join('\n')).toMatch(/processing is false: the handlers of api-only will not run/);
+    const id = await apiOnly.queue.enqueue<Greeting>('api-only', { name: 'Barbara' });
+    expect(apiOnly.engine.worker('api-only')).toBeUndefined();
+    // Several poll intervals (100 ms) pass; nothing in this process claims it.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(await apiOnly.queue.get(id)).toMatchObject({ status: 'pending', attemptCount: 0 });
+    expect(received.some((r) => r.id === id)).toBe(false);
+
+    // A processing instance on the same database takes it at once.
+    const worker = await boot([PgQueueModule.forRoot(fast())], [ApiOnlyJobs]);
+    await drainQueues(worker.app);
+    expect(await apiOnly.queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 1 });
+  });
+
+  it('runs the reaper and the pruner from SchedulerRegistry, and removes them at shutdown', async () => {
+    const { app, engine } = await boot([PgQueueModule.forRoot({ ...fast(), queues: ['orphans'] })]);
+    const registry = app.get(SchedulerRegistry);
+    expect(registry.getIntervals()).toEqual(expect.arrayContaining([REAPER_INTERVAL_NAME, PRUNER_INTERVAL_NAME]));
+    // Never both timers: the engine's own ones stay off.
+    expect(engine.reaper['runner'].running).toBe(false);
+    expect(engine.pruner!['runner'].running).toBe(false);
+
+    // A job whose worker vanished: running, lease expired.
+    const pool = new pg.Pool({ connectionString: database.url });
+    try {
+      const { rows } = await pool.query<{ id: string }>(
+        `INSERT INTO pgqueue.jobs (queue_name, payload, status, attempt_count, max_attempts, lease_owner, lease_token,
+                                   lease_expires_at, deadline_at, claimed_at, backoff_base_ms, backoff_max_ms)
+         VALUES ('orphans', '{}', 'running', 1, 5, 'gone:1', 1, now() - interval '1 second', now() + interval '1 minute', now(), 0, 0)
+         RETURNING id`,
+      );
+      const id = rows[0]!.id;
+      const reaped = await waitFor(async () => {
+        const job = await app.get(QueueService).get(id);
+        return job && job.status !== 'running' ? job : undefined;
+      }, 5_000);
+      expect(reaped.leaseOwner).toBeNull();
+      expect((await app.get(QueueService).history(id)).map((e) => e.kind)).toContain('lease_expired');
+    } finally {
+      await pool.end();
+    }
+
+    await app.close();
+    opened.splice(opened.indexOf(app), 1);
+    expect(registry.getIntervals()).not.toContain(REAPER_INTERVAL_NAME);
+    expect(registry.getIntervals()).not.toContain(PRUNER_INTERVAL_NAME);
+  });
+
+  it('with pruner: false keeps succeeded jobs and registers no pruner', async () => {
+    const { app, engine } = await boot([PgQueueModule.forRoot({ ...fast(), pruner: false })]);
+    expect(engine.pruner).toBeUndefined();
+    expect(app.get(SchedulerRegistry).getIntervals()).not.toContain(PRUNER_INTERVAL_NAME);
+  });
+
+  it('closes the pool it created, and never one it was given', async () => {
+    const owned = await boot([PgQueueModule.forRoot(fast())]);
+    await owned.app.close();
+    opened.splice(opened.indexOf(owned.app), 1);
+    expect((owned.engine.pool as pg.Pool & { ended: boolean }).ended).toBe(true);
+    await owned.app.close(); // closing twice is harmless
+
+    const pool = new pg.Pool({ connectionString: database.url, max: 4 });
+    try {
+      const given = await boot([PgQueueModule.forRoot({ pool, pollIntervalMs: 100 })], [GreetingJobs]);
+      expect(given.engine.pool).toBe(pool);
+      const id = await given.queue.enqueue<Greeting>('greetings', { name: 'Edsger' });
+      await drainQueues(given.app);
+      await given.app.close();
+      opened.splice(opened.indexOf(given.app), 1);
+      const { rows } = await pool.query<{ status: string }>('SELECT status FROM pgqueue.jobs WHERE id = $1', [id]);
+      expect(rows[0]!.status).toBe('succeeded');
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('is global: a feature module injects QueueService without importing it', async () => {
+    @Injectable()
+    class Signup {
+      constructor(readonly queue: QueueService) {}
+    }
+    @Module({ providers: [Signup], exports: [Signup] })
+    class FeatureModule {}
+    const { app } = await boot([PgQueueModule.forRoot(fast()), FeatureModule]);
+    expect(app.get(Signup).queue).toBeInstanceOf(QueueService);
+  });
+
+  it('drainQueues rejects after its timeout, listing what is left', async () => {
+    const { app, queue } = await boot([PgQueueModule.forRoot({ ...fast(), processing: false, queues: ['greetings'] })], [GreetingJobs]);
+    const id = await queue.enqueue<Greeting>('greetings', { name: 'Alan' });
+    await expect(drainQueues(app, { timeoutMs: 200, queues: ['greetings'] })).rejects.toThrow(
+      new RegExp(`drainQueues: jobs still unfinished after 200 ms: greetings: \\d+ pending \\(id [\\d, ]*${id}`),
+    );
+  });
+});
