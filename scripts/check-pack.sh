@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Packs nestjs-pg-queue as `npm publish` would, installs the tarball into a scratch ESM Nest app in
+# a temporary directory, and checks it from the outside:
+#   1. the tarball holds dist/ (JS + .d.ts), migrations/ and README.md, and no sources or tests;
+#   2. `import { PgQueueModule, JobHandler, QueueService, drainQueues, … } from 'nestjs-pg-queue'`
+#      (and 'nestjs-pg-queue/engine') work in a plain ESM script;
+#   3. a TypeScript app using the public API type-checks against the published .d.ts (strict);
+#   4. with DATABASE_URL set: that app, compiled with tsc, boots against PostgreSQL, migrates from the
+#      installed package's migrations/, runs a job through a @JobHandler, and shuts down.
+#
+# Usage: scripts/check-pack.sh            (from anywhere; uses the npm cache first: --prefer-offline)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/pgq-pack-check.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+say() { printf 'check-pack: %s\n' "$*"; }
+
+cd "$ROOT"
+say "npm pack (runs the build through prepack)"
+TARBALL="$WORK/$(npm pack --silent --pack-destination "$WORK" | tail -n 1)"
+tar -tzf "$TARBALL" | sed 's#^package/##' | sort > "$WORK/contents.txt"
+for required in package.json README.md dist/index.js dist/index.d.ts dist/engine/index.js dist/engine/index.d.ts migrations/0001_jobs.sql; do
+  grep -qx "$required" "$WORK/contents.txt" || { say "FAIL: $required is missing from the tarball"; exit 1; }
+done
+if grep -E '^(lib|test|sample-app|scripts|bench)/|\.spec\.(js|ts)$' "$WORK/contents.txt"; then
+  say "FAIL: the tarball contains sources or tests (listed above)"; exit 1
+fi
+say "tarball ok: $(wc -l < "$WORK/contents.txt") files, $(du -k "$TARBALL" | cut -f1) KiB"
+
+# The versions the project itself is tested with.
+dev() { node -p "require('$ROOT/package.json').devDependencies['$1']"; }
+APP="$WORK/app"
+mkdir -p "$APP/src"
+cd "$APP"
+cat > package.json <<'JSON'
+{ "name": "pgq-pack-check", "private": true, "type": "module" }
+JSON
+say "npm install the tarball and its peers into a scratch app"
+npm install --prefer-offline --no-audit --no-fund --loglevel=error \
+  "$TARBALL" \
+  "@nestjs/common@$(dev @nestjs/common)" "@nestjs/core@$(dev @nestjs/core)" "@nestjs/schedule@$(dev @nestjs/schedule)" \
+  "reflect-metadata@$(dev reflect-metadata)" "rxjs@$(dev rxjs)" "@types/node@$(node -p "require('$ROOT/node_modules/@types/node/package.json').version")" \
+  "@types/pg@$(dev @types/pg)" > "$WORK/npm-install.log" 2>&1 || { cat "$WORK/npm-install.log"; exit 1; }
+
+say "ESM import"
+cat > import-check.mjs <<'JS'
+import { PgQueueModule, JobHandler, QueueService, drainQueues, PermanentJobError, RetryableJobError, InvalidJobError, PG_QUEUE_ENGINE } from 'nestjs-pg-queue';
+import { PgQueue } from 'nestjs-pg-queue/engine';
+const checks = { PgQueueModule, JobHandler, QueueService, drainQueues, PermanentJobError, RetryableJobError, InvalidJobError, PgQueue };
+for (const [name, value] of Object.entries(checks)) {
+  if (typeof value !== 'function') throw new Error(`${name} is ${typeof value}, expected a function`);
+}
+if (typeof PgQueueModule.forRoot !== 'function' || typeof PgQueueModule.forRootAsync !== 'function') throw new Error('PgQueueModule lacks forRoot/forRootAsync');
+if (typeof PG_QUEUE_ENGINE !== 'symbol') throw new Error('PG_QUEUE_ENGINE is not a symbol');
+console.log('imports ok');
+JS
+node import-check.mjs
+
+say "type-check a TypeScript app against the published types"
+cat > tsconfig.json <<'JSON'
+{
+  "compilerOptions": {
+    "module": "nodenext", "moduleResolution": "nodenext", "target": "ES2023",
+    "experimentalDecorators": true, "emitDecoratorMetadata": true,
+    "strict": true, "skipLibCheck": true, "outDir": "dist", "rootDir": "src", "types": ["node"]
+  },
+  "include": ["src"]
+}
+JSON
+cat > src/main.ts <<'TS'
+import 'reflect-metadata';
+import { Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import pg from 'pg';
+import { drainQueues, JobHandler, PermanentJobError, PgQueueModule, QueueService, type Job, type JobContext } from 'nestjs-pg-queue';
+
+interface Greeting {
+  name: string;
+}
+
+const seen: string[] = [];
+
+@Injectable()
+class GreetingJobs {
+  @JobHandler('greetings', { concurrency: 2, leaseMs: 5_000, backoff: { baseMs: 100 } })
+  async greet(job: Job<Greeting>, ctx: JobContext): Promise<void> {
+    if (!job.payload.name) throw new PermanentJobError('no name', { code: 'NO_NAME' });
+    await ctx.heartbeat();
+    seen.push(`${job.payload.name}:${job.idempotencyKey}`);
+  }
+}
+
+const schema = `pgq_pack_check_${process.pid}`;
+
+@Module({
+  imports: [PgQueueModule.forRoot({ connectionString: process.env.DATABASE_URL!, schema, pollIntervalMs: 100 })],
+  providers: [GreetingJobs],
+})
+class AppModule {}
+
+const app = await NestFactory.createApplicationContext(AppModule, { logger: ['warn', 'error'] });
+try {
+  const queue = app.get(QueueService);
+  const id = await queue.enqueue<Greeting>('greetings', { name: 'Ada' });
+  await drainQueues(app, { timeoutMs: 15_000 });
+  const job = await queue.get<Greeting>(id);
+  if (job?.status !== 'succeeded' || seen.length !== 1) throw new Error(`job ${id} ended ${job?.status}; handler saw ${JSON.stringify(seen)}`);
+  console.log(`booted, migrated and ran job ${id}: ${seen[0]}`);
+} finally {
+  await app.close();
+  const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
+  await client.connect();
+  await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  await client.end();
+}
+TS
+node "$ROOT/node_modules/typescript/bin/tsc" -p tsconfig.json
+say "types ok"
+
+if [ -n "${DATABASE_URL:-}" ]; then
+  say "boot the compiled app against DATABASE_URL"
+  node dist/main.js
+else
+  say "DATABASE_URL is not set: skipped booting the app"
+fi
+say "ok"
