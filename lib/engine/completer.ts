@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { requireInteger, withDefaults } from './config.js';
-import { run, type Queryable } from './db.js';
+import type pg from 'pg';
+import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import type { FenceLossReason } from './errors.js';
 import { fenceLossReason } from './lease.js';
 import type { Queries } from './sql.js';
@@ -21,6 +22,8 @@ export type CompletionOutcome = { applied: true } | { applied: false; reason: Fe
 interface Pending {
   id: string;
   token: string;
+  /** The job has an ordering key: its completion also hands the key to the next job. */
+  keyed: boolean;
   resolve(outcome: CompletionOutcome): void;
   reject(error: unknown): void;
 }
@@ -38,9 +41,10 @@ export class Completer {
   private idle: (() => void)[] = [];
 
   constructor(
-    private readonly db: Queryable,
+    private readonly pool: pg.Pool,
     private readonly queries: Queries,
     private readonly owner: string,
+    private readonly channel: string,
     config?: Partial<CompleterConfig>,
   ) {
     this.config = withDefaults(COMPLETER_DEFAULTS, config);
@@ -49,9 +53,9 @@ export class Completer {
     requireInteger('completer.writeAttempts', this.config.writeAttempts, 1, 100);
   }
 
-  complete(id: string, token: string): Promise<CompletionOutcome> {
+  complete(id: string, token: string, keyed = false): Promise<CompletionOutcome> {
     return new Promise((resolve, reject) => {
-      this.waiting.push({ id, token, resolve, reject });
+      this.waiting.push({ id, token, keyed, resolve, reject });
       this.pump();
     });
   }
@@ -79,11 +83,13 @@ export class Completer {
   private async write(batch: Pending[]): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const rows = await run<{ id: string; applied: boolean; loss: string }>(this.db, this.queries.completeMany, [
-          batch.map((p) => p.id),
-          batch.map((p) => p.token),
-          this.owner,
-        ]);
+        const values = [batch.map((p) => p.id), batch.map((p) => p.token), this.owner];
+        type Row = { id: string; applied: boolean; loss: string } & ReleasedKeys;
+        // Jobs without an ordering key complete in one autocommit statement; a batch with keyed
+        // jobs also promotes the keys' next heads, in the same transaction.
+        const rows = batch.some((p) => p.keyed)
+          ? await runReleasingKeys<Row>(this.pool, this.queries, this.channel, this.queries.completeMany, values)
+          : await run<Row>(this.pool, this.queries.completeMany, values);
         const byId = new Map(rows.map((r) => [r.id, r]));
         for (const pending of batch) {
           const row = byId.get(pending.id);

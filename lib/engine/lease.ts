@@ -17,6 +17,7 @@ export interface ClaimedRow {
   lease_token: string;
   created_at: Date;
   deadline_at: Date;
+  ordering_key: string | null;
   lease_ms_left: number;
   lease_at_deadline: boolean;
   trace_context: TraceCarrier | null;
@@ -90,6 +91,7 @@ export class Lease {
       maxAttempts: row.max_attempts,
       leaseToken: row.lease_token,
       idempotencyKey: `${schema}:${row.queue_name}:${row.id}`,
+      orderingKey: row.ordering_key,
       createdAt: row.created_at,
       deadlineAt: row.deadline_at,
     };

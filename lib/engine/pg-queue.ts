@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import pg from 'pg';
 import { Completer, type CompleterConfig } from './completer.js';
 import { requireInteger, requireString } from './config.js';
-import { run } from './db.js';
+import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
 import { DEFAULT_SCHEMA, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
@@ -107,6 +107,8 @@ export interface QueueStats {
   oldestDeadAgeMs: number | null;
   /** Running jobs whose lease ends within `nearExpiryMs`. */
   runningNearExpiry: number;
+  /** Ordering keys held by a dead job: their later jobs wait until it is replayed or discarded. */
+  blockedKeys: number;
   /** This process's handler slots for the queue (busy / total), when it handles it. */
   slots: { busy: number; total: number } | undefined;
 }
@@ -250,7 +252,7 @@ export class PgQueue {
     this.scheduler = new Scheduler(this.pool, this.queries, channel, this.logger, options.scheduler);
     this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, options.reaper, () => this.scheduler.wake());
     this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, options.pruner);
-    this.completer = new Completer(this.pool, this.queries, this.workerId, options.completer);
+    this.completer = new Completer(this.pool, this.queries, this.workerId, channel, options.completer);
     this.producer = new Producer({
       db: this.pool,
       queries: this.queries,
@@ -449,7 +451,7 @@ export class PgQueue {
       await this.endJob(id, ['dead'], 'discarded', note, 'JOB_NOT_DEAD', 'discarded');
       return;
     }
-    const [row] = await run<{ removed: number; status: string | null }>(this.pool, this.queries.deleteJob, [
+    const [row] = await runReleasingKeys<{ removed: number; status: string | null } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.deleteJob, [
       checkedId(id),
       note.actor ?? null,
       boundedNote(note.reason),
@@ -537,7 +539,7 @@ export class PgQueue {
     const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
     let removed = 0;
     for (;;) {
-      const [row] = await run<{ removed: number }>(this.pool, this.queries.purgeDead, [
+      const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.purgeDead, [
         filter.olderThan,
         filter.queue ?? null,
         batchSize,
@@ -568,6 +570,7 @@ export class PgQueue {
           oldestClaimableAgeMs: q.oldest_claimable_age_ms,
           oldestDeadAgeMs: q.oldest_dead_age_ms,
           runningNearExpiry: q.running_near_expiry,
+          blockedKeys: q.blocked_keys,
           slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined,
         };
       }),
@@ -590,7 +593,7 @@ export class PgQueue {
     refusal: 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_DEAD',
     verb: string,
   ): Promise<void> {
-    const [row] = await run<{ previous_status: string; applied: boolean }>(this.pool, this.queries.cancel, [
+    const [row] = await runReleasingKeys<{ previous_status: string; applied: boolean } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.cancel, [
       checkedId(id),
       allowed,
       kind,

@@ -16,6 +16,11 @@ export interface EnqueueOptions {
   maxAttempts?: number;
   /** Overrides the handler's maximum runtime per attempt for this job. */
   maxRuntimeMs?: number;
+  /**
+   * Jobs of one key (per queue) run one at a time, in enqueue order: a job is claimable only once
+   * every earlier job of its key has succeeded or been cancelled. 1-256 characters.
+   */
+  orderingKey?: string;
 }
 
 export interface EnqueueCallOptions {
@@ -49,6 +54,7 @@ interface EnqueueRow {
   ma: number | null;
   mr: number | null;
   tc: TraceCarrier | null;
+  k: string | null;
 }
 
 export interface ProducerDeps {
@@ -111,7 +117,7 @@ export class Producer {
     if (options === null || typeof options !== 'object') {
       throw new InvalidJobError('INVALID_JOB_OPTION', `${where}: options must be an object, not ${describe(options)}.`);
     }
-    const { priority = 0, runAt, delayMs, maxAttempts, maxRuntimeMs } = options;
+    const { priority = 0, runAt, delayMs, maxAttempts, maxRuntimeMs, orderingKey } = options;
     const bad = (option: string, value: unknown, expected: string) =>
       new InvalidJobError('INVALID_JOB_OPTION', `${where}: option "${option}" is ${describe(value)}; it must be ${expected}. Nothing was enqueued.`);
     if (!Number.isInteger(priority) || priority < PRIORITY_MIN || priority > PRIORITY_MAX) {
@@ -128,6 +134,9 @@ export class Producer {
     if (maxRuntimeMs !== undefined && !(Number.isInteger(maxRuntimeMs) && maxRuntimeMs >= 1 && maxRuntimeMs <= INT32_MAX)) {
       throw bad('maxRuntimeMs', maxRuntimeMs, 'an integer number of milliseconds >= 1');
     }
+    if (orderingKey !== undefined && !(typeof orderingKey === 'string' && orderingKey.length >= 1 && orderingKey.length <= 256)) {
+      throw bad('orderingKey', orderingKey, 'a string of 1-256 characters');
+    }
     return {
       q: queue,
       json,
@@ -137,6 +146,7 @@ export class Producer {
       ma: maxAttempts ?? null,
       mr: maxRuntimeMs ?? null,
       tc: captureTraceContext(),
+      k: orderingKey ?? null,
     };
   }
 }

@@ -41,6 +41,25 @@ function jitteredBackoffMs(job: string): string {
     ${job}.backoff_base_ms::float8 * power(2::float8, greatest(${job}.attempt_count - 1, 0))))`;
 }
 
+/**
+ * Statements that finish jobs (succeeded, cancelled, deleted) release their ordering keys: a
+ * CTE `released_keys` decrements each key's count of unfinished jobs, and the statement reports
+ * the keys (`key_queues`, `key_names`) so that `promoteKeyHeads` can run next in the same
+ * transaction, with a snapshot that sees every producer that held the key's row before us.
+ */
+function releaseKeys(keysTable: string, finished: string): string {
+  return `released_keys AS (
+         UPDATE ${keysTable} AS ok SET unfinished = ok.unfinished - f.n
+         FROM (SELECT queue_name, ordering_key, count(*)::int AS n FROM ${finished}
+               WHERE ordering_key IS NOT NULL GROUP BY 1, 2) f
+         WHERE ok.queue_name = f.queue_name AND ok.ordering_key = f.ordering_key
+         RETURNING ok.queue_name, ok.ordering_key
+       )`;
+}
+
+const RELEASED_KEYS_COLUMNS = `(SELECT array_agg(queue_name) FROM released_keys) AS key_queues,
+              (SELECT array_agg(ordering_key) FROM released_keys) AS key_names`;
+
 export interface Queries {
   readonly schema: string;
   readonly declareQueues: QueryText;
@@ -48,6 +67,7 @@ export interface Queries {
   readonly enqueue: QueryText;
   readonly claim: QueryText;
   readonly completeMany: QueryText;
+  readonly promoteKeyHeads: QueryText;
   readonly fail: QueryText;
   readonly heartbeat: QueryText;
   readonly release: QueryText;
@@ -94,24 +114,42 @@ export function createQueries(schemaName: string): Queries {
      * Inserts a batch in one round trip and wakes workers in the same transaction: NOTIFY is
      * delivered only when the transaction commits, so a worker never wakes for a job it cannot see.
      * Jobs not yet due go to 'scheduled' (database time decides) and wake the scheduler instead.
-     * $1 is a JSON array of { q, p, pr, at, d, ma, mr, tc }; $2 the channel; $3 the scheduler's payload.
+     * $1 is a JSON array of { q, p, pr, at, d, ma, mr, tc, k }; $2 the channel; $3 the scheduler's payload.
      */
     enqueue: q(
       'enqueue',
       `WITH input AS (
-         SELECT t.*, coalesce(t.at, now() + ${ms('coalesce(t.d, 0)')}) AS available_at
+         SELECT t.*, coalesce(t.at, now() + ${ms('coalesce(t.d, 0)')}) AS available_at,
+                row_number() OVER (PARTITION BY t.q, t.k ORDER BY t.ord) AS rank_in_key
          FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
-                AS (q text, p jsonb, pr integer, at timestamptz, d bigint, ma integer, mr integer, tc jsonb))
-              WITH ORDINALITY AS t(q, p, pr, at, d, ma, mr, tc, ord)
+                AS (q text, p jsonb, pr integer, at timestamptz, d bigint, ma integer, mr integer, tc jsonb, k text))
+              WITH ORDINALITY AS t(q, p, pr, at, d, ma, mr, tc, k, ord)
+       ), batch_keys AS (
+         SELECT q, k, count(*)::int AS n FROM input WHERE k IS NOT NULL GROUP BY q, k
+       ), key_rows AS (
+         -- Producers of one key serialise on its row (ON CONFLICT locks and reads its latest
+         -- version), so within a key, ids follow commit order, and the count is exact.
+         INSERT INTO ${s}.ordering_keys AS ok (queue_name, ordering_key, unfinished)
+         SELECT q, k, n FROM batch_keys
+         ON CONFLICT (queue_name, ordering_key) DO UPDATE SET unfinished = ok.unfinished + excluded.unfinished
+         RETURNING ok.queue_name, ok.ordering_key, ok.unfinished
        ), inserted AS (
-         INSERT INTO ${jobs} (queue_name, payload, priority, status, available_at, max_attempts, max_runtime_ms, trace_context)
-         SELECT q, p, pr, CASE WHEN available_at > now() THEN 'scheduled'::${status} ELSE 'pending'::${status} END,
-                available_at, ma, mr, tc
-         FROM input ORDER BY ord
-         RETURNING id, queue_name, status
+         INSERT INTO ${jobs} (queue_name, payload, priority, status, available_at, max_attempts, max_runtime_ms,
+                              trace_context, ordering_key, key_waiting)
+         SELECT i.q, i.p, i.pr,
+                CASE WHEN i.available_at > now() THEN 'scheduled'::${status} ELSE 'pending'::${status} END,
+                i.available_at, i.ma, i.mr, i.tc, i.k,
+                -- The key's head is its first job while it had no unfinished one; the rest wait.
+                coalesce(kk.unfinished - bk.n + i.rank_in_key > 1, false)
+         FROM input i
+           LEFT JOIN batch_keys bk ON bk.q = i.q AND bk.k = i.k
+           LEFT JOIN key_rows kk ON kk.queue_name = i.q AND kk.ordering_key = i.k
+         ORDER BY i.ord
+         RETURNING id, queue_name, status, key_waiting
        ), woken AS (
          SELECT count(pg_notify($2, w.payload)) AS n
-         FROM (SELECT DISTINCT CASE WHEN status = 'pending' THEN queue_name ELSE $3 END AS payload FROM inserted) w
+         FROM (SELECT DISTINCT CASE WHEN status = 'pending' THEN queue_name ELSE $3 END AS payload
+               FROM inserted WHERE NOT (status = 'pending' AND key_waiting)) w
        )
        SELECT i.id FROM inserted i CROSS JOIN woken ORDER BY i.id`,
     ),
@@ -120,21 +158,39 @@ export function createQueries(schemaName: string): Queries {
      * The claim: one statement, committed before any handler runs. SKIP LOCKED lets concurrent
      * claimers pass each other's rows; the UPDATE increments the fencing token and starts the
      * lease from database time. Policy the row lacks comes from the handler ($4..$8); the lease
-     * never reaches past the attempt's deadline. Only due work is 'pending', so the walk of
-     * jobs_claimable_idx reads claimable rows only, however many delayed jobs exist.
-     * $1 queue, $2 owner, $3 limit, $4 lease ms, $5 max runtime ms, $6 max attempts,
-     * $7 backoff base ms, $8 backoff max ms.
+     * never reaches past the attempt's deadline.
+     *
+     * What is claimable: due work is 'pending' (delayed work waits in 'scheduled'), and a job of
+     * an ordering key only while it is the key's head (the others wait with key_waiting), so the
+     * index walks read claimable rows only, and a batch can never hold two jobs of one key.
+     *
+     * Fairness: $9 of the batch is taken oldest-first whatever the priority (jobs_claimable_age_idx),
+     * the rest by priority; so a flood of high-priority work cannot starve older low-priority jobs.
+     * $9 = 0 is strict priority. $1 queue, $2 owner, $3 limit, $4 lease ms, $5 max runtime ms,
+     * $6 max attempts, $7 backoff base ms, $8 backoff max ms, $9 jobs to take oldest-first.
      */
     claim: q(
       'claim',
-      `WITH candidate AS (
+      `WITH open AS (
+         -- A paused queue claims nothing (evaluated once per statement, not per row).
+         SELECT NOT EXISTS (SELECT 1 FROM ${s}.queues WHERE name = $1 AND paused_at IS NOT NULL) AS yes
+       ), by_age AS (
          SELECT id FROM ${jobs}
-         WHERE queue_name = $1 AND status = 'pending' AND available_at <= now()
-           -- A paused queue claims nothing (evaluated once per statement, not per row).
-           AND NOT EXISTS (SELECT 1 FROM ${s}.queues WHERE name = $1 AND paused_at IS NOT NULL)
-         ORDER BY priority DESC, available_at, id
-         LIMIT $3
+         WHERE queue_name = $1 AND status = 'pending' AND NOT key_waiting AND available_at <= now()
+           AND (SELECT yes FROM open)
+         ORDER BY available_at, id
+         LIMIT $9
          FOR UPDATE SKIP LOCKED
+       ), by_priority AS (
+         SELECT id FROM ${jobs}
+         WHERE queue_name = $1 AND status = 'pending' AND NOT key_waiting AND available_at <= now()
+           AND (SELECT yes FROM open)
+           AND id NOT IN (SELECT id FROM by_age)
+         ORDER BY priority DESC, available_at, id
+         LIMIT (SELECT $3 - count(*) FROM by_age)
+         FOR UPDATE SKIP LOCKED
+       ), candidate AS (
+         SELECT id FROM by_age UNION ALL SELECT id FROM by_priority
        )
        UPDATE ${jobs} AS j
        SET status = 'running',
@@ -149,10 +205,11 @@ export function createQueries(schemaName: string): Queries {
            backoff_max_ms = coalesce(j.backoff_max_ms, $8),
            deadline_at = now() + ${ms('coalesce(j.max_runtime_ms, $5)')},
            lease_expires_at = now() + ${ms('least($4::bigint, coalesce(j.max_runtime_ms, $5))')}
-       FROM candidate
-       WHERE j.id = candidate.id
+       -- = ANY(ARRAY(…)) rather than a join: the planner cannot size the candidates (their LIMIT is
+       -- an expression), and a misjudged join turns the update into a scan of the whole table.
+       WHERE j.id = ANY (ARRAY(SELECT id FROM candidate))
        RETURNING j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts,
-                 j.lease_token::text AS lease_token, j.created_at, j.deadline_at,
+                 j.lease_token::text AS lease_token, j.created_at, j.deadline_at, j.ordering_key,
                  (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
                  j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
                  j.trace_context,
@@ -173,16 +230,51 @@ export function createQueries(schemaName: string): Queries {
          SET status = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
          FROM input i
          WHERE ${fence('j', 'i.id', '$3', 'i.token')}
-         RETURNING j.id
-       ), lost AS (
+         RETURNING j.id, j.queue_name, j.ordering_key
+       ), ${releaseKeys(`${s}.ordering_keys`, 'done')}, lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
          SELECT j.id, 'lost_fence', j.status, j.attempt_count, i.token, $3, ${fenceLossCode('j', 'i.token')}
          FROM input i JOIN ${jobs} j ON j.id = i.id
          WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.id = i.id)
        )
        SELECT i.id::text AS id, d.id IS NOT NULL AS applied,
-              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token')} END AS loss
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token')} END AS loss,
+              ${RELEASED_KEYS_COLUMNS}
        FROM input i LEFT JOIN done d ON d.id = i.id LEFT JOIN ${jobs} j ON j.id = i.id`,
+    ),
+
+    /**
+     * After jobs of ordering keys finished: for each key that has no head any more (no unfinished
+     * job that is not waiting; a dead head still holds its key), the lowest waiting job becomes
+     * the head, and its queue's workers are woken. Keys with nothing unfinished are forgotten.
+     * Runs in the transaction of the statement that finished the jobs (see releaseKeys).
+     * $1 queue names, $2 ordering keys, $3 channel.
+     */
+    promoteKeyHeads: q(
+      'promote-key-heads',
+      `WITH keys AS (
+         SELECT DISTINCT q, k FROM unnest($1::text[], $2::text[]) AS t(q, k)
+       ), next AS (
+         SELECT (SELECT w.id FROM ${jobs} w
+                 WHERE w.queue_name = keys.q AND w.ordering_key = keys.k AND w.key_waiting
+                   AND w.status IN ('scheduled', 'pending')
+                 ORDER BY w.id LIMIT 1) AS id
+         FROM keys
+         WHERE NOT EXISTS (
+           SELECT 1 FROM ${jobs} h
+           WHERE h.queue_name = keys.q AND h.ordering_key = keys.k AND NOT h.key_waiting
+             AND h.status IN ('scheduled', 'pending', 'running', 'dead'))
+       ), promoted AS (
+         UPDATE ${jobs} AS j SET key_waiting = false FROM next WHERE j.id = next.id AND j.key_waiting
+         RETURNING j.queue_name, j.status
+       ), forgotten AS (
+         DELETE FROM ${s}.ordering_keys AS ok USING keys
+         WHERE ok.queue_name = keys.q AND ok.ordering_key = keys.k AND ok.unfinished = 0
+       ), woken AS (
+         SELECT count(pg_notify($3, d.queue_name)) AS n
+         FROM (SELECT DISTINCT queue_name FROM promoted WHERE status = 'pending') d
+       )
+       SELECT (SELECT count(*) FROM promoted)::int AS promoted, (SELECT n FROM woken) AS woken`,
     ),
 
     /**
@@ -379,11 +471,12 @@ export function createQueries(schemaName: string): Queries {
          SELECT id, status, lease_owner, lease_token, attempt_count FROM ${jobs} WHERE id = $1 FOR UPDATE
        ), ended AS (
          UPDATE ${jobs} AS j
-         SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL
+         SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL,
+             key_waiting = false
          FROM target t
          WHERE j.id = t.id AND t.status = ANY($2::${status}[])
-         RETURNING j.id
-       ), audit AS (
+         RETURNING j.id, j.queue_name, j.ordering_key
+       ), ${releaseKeys(`${s}.ordering_keys`, 'ended')}, audit AS (
          INSERT INTO ${events} (job_id, kind, from_status, to_status, attempt, lease_token, worker, actor, message)
          SELECT t.id, $3, t.status, 'cancelled', t.attempt_count, t.lease_token, t.lease_owner, $4, $5
          FROM target t JOIN ended e ON e.id = t.id
@@ -391,7 +484,7 @@ export function createQueries(schemaName: string): Queries {
          SELECT count(pg_notify($6, '*cancel:' || t.id)) AS n
          FROM target t JOIN ended e ON e.id = t.id WHERE t.status = 'running'
        )
-       SELECT t.status::text AS previous_status, EXISTS (SELECT 1 FROM ended) AS applied
+       SELECT t.status::text AS previous_status, EXISTS (SELECT 1 FROM ended) AS applied, ${RELEASED_KEYS_COLUMNS}
        FROM target t CROSS JOIN woken`,
     ),
 
@@ -458,13 +551,15 @@ export function createQueries(schemaName: string): Queries {
       'delete-job',
       `WITH removed AS (
          DELETE FROM ${jobs} WHERE id = $1 AND status IN ('succeeded', 'dead', 'cancelled')
-         RETURNING id, status, queue_name, finished_at
-       ), logged AS (
+         RETURNING id, status, queue_name, finished_at,
+                   -- Only a dead job still holds its key; succeeded and cancelled ones released it.
+                   CASE WHEN status = 'dead' THEN ordering_key END AS ordering_key
+       ), ${releaseKeys(`${s}.ordering_keys`, 'removed')}, logged AS (
          INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
          SELECT $2, $3, status, queue_name, finished_at, 1, ARRAY[id] FROM removed
        )
        SELECT (SELECT count(*) FROM removed)::int AS removed,
-              (SELECT status::text FROM ${jobs} WHERE id = $1) AS status`,
+              (SELECT status::text FROM ${jobs} WHERE id = $1) AS status, ${RELEASED_KEYS_COLUMNS}`,
     ),
 
     /**
@@ -481,13 +576,13 @@ export function createQueries(schemaName: string): Queries {
          LIMIT $3
          FOR UPDATE SKIP LOCKED
        ), removed AS (
-         DELETE FROM ${jobs} AS j USING doomed d WHERE j.id = d.id RETURNING j.id
-       ), logged AS (
+         DELETE FROM ${jobs} AS j USING doomed d WHERE j.id = d.id RETURNING j.id, j.queue_name, j.ordering_key
+       ), ${releaseKeys(`${s}.ordering_keys`, 'removed')}, logged AS (
          INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
          SELECT $4, $5, 'dead', $2, $1, count(*), array_agg(id ORDER BY id) FROM removed HAVING count(*) > 0
          RETURNING removed
        )
-       SELECT coalesce((SELECT removed FROM logged), 0)::int AS removed`,
+       SELECT coalesce((SELECT removed FROM logged), 0)::int AS removed, ${RELEASED_KEYS_COLUMNS}`,
     ),
 
     /**
@@ -524,6 +619,9 @@ export function createQueries(schemaName: string): Queries {
          SELECT queue_name, 'dead', count(*), min(finished_at) FROM ${jobs} WHERE status = 'dead' GROUP BY 1
          UNION ALL
          SELECT queue_name, status::text, count(*), min(finished_at) FROM ${jobs} WHERE status IN ('succeeded', 'cancelled') GROUP BY 1, 2
+       ), blocked_keys AS (
+         SELECT queue_name, count(DISTINCT ordering_key) AS n FROM ${jobs}
+         WHERE status = 'dead' AND ordering_key IS NOT NULL AND NOT key_waiting GROUP BY 1
        ), near_expiry AS (
          SELECT queue_name, count(*) AS n FROM ${jobs}
          WHERE status = 'running' AND lease_expires_at < now() + ${ms('$1::bigint')} GROUP BY 1
@@ -532,10 +630,12 @@ export function createQueries(schemaName: string): Queries {
               coalesce(jsonb_object_agg(c.status, c.n) FILTER (WHERE c.status IS NOT NULL), '{}') AS counts,
               (extract(epoch FROM now() - min(c.oldest) FILTER (WHERE c.status = 'pending')) * 1000)::float8 AS oldest_claimable_age_ms,
               (extract(epoch FROM now() - min(c.oldest) FILTER (WHERE c.status = 'dead')) * 1000)::float8 AS oldest_dead_age_ms,
-              coalesce(max(ne.n), 0)::int AS running_near_expiry
+              coalesce(max(ne.n), 0)::int AS running_near_expiry,
+              coalesce(max(bk.n), 0)::int AS blocked_keys
        FROM ${s}.queues q
          LEFT JOIN counts c ON c.queue_name = q.name
          LEFT JOIN near_expiry ne ON ne.queue_name = q.name
+         LEFT JOIN blocked_keys bk ON bk.queue_name = q.name
        GROUP BY q.name, q.paused_at
        ORDER BY q.name`,
     ),

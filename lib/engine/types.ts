@@ -20,6 +20,8 @@ export interface Job<T = unknown> {
    * that deduplicates (payment APIs, mail providers, webhooks), so a retried side effect happens once.
    */
   readonly idempotencyKey: string;
+  /** The job's ordering key, if it was enqueued with one: jobs of one key run one at a time, in order. */
+  readonly orderingKey: string | null;
   readonly createdAt: Date;
   /** When this attempt must end at the latest (the maximum runtime); no heartbeat extends past it. */
   readonly deadlineAt: Date;
@@ -66,6 +68,12 @@ export interface HandlerOptions {
   /** How many attempts an error that is neither permanent nor retryable gets, at most. */
   unknownErrorAttempts: number;
   backoff: BackoffOptions;
+  /**
+   * Share of each claim taken oldest-first whatever the priority (0 to 1; 0 = strict priority).
+   * It bounds how long a due job can wait under a flood of higher-priority work: at least one job
+   * in every ceil(1 / fairShare) claimed is the oldest claimable one.
+   */
+  fairShare: number;
   /** The handler's signal aborts this long before the lease would expire in the database. */
   abortMarginMs: number | undefined;
 }

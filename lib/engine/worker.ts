@@ -19,6 +19,7 @@ export const HANDLER_DEFAULTS: HandlerOptions = {
   maxAttempts: 5,
   unknownErrorAttempts: 3,
   backoff: { baseMs: 1_000, maxMs: 10 * 60_000 },
+  fairShare: 0.1,
   abortMarginMs: undefined,
 };
 
@@ -42,6 +43,9 @@ export function resolveHandlerOptions(queue: string, options: Partial<HandlerOpt
   requireInteger(at('unknownErrorAttempts'), merged.unknownErrorAttempts, 1, 1_000_000);
   requireInteger(at('backoff.baseMs'), merged.backoff.baseMs, 0, 2_147_483_647);
   requireInteger(at('backoff.maxMs'), merged.backoff.maxMs, 0, 2_147_483_647);
+  if (typeof merged.fairShare !== 'number' || !(merged.fairShare >= 0 && merged.fairShare <= 1)) {
+    throw new InvalidOptionError(at('fairShare'), `${String(merged.fairShare)} is not a number from 0 to 1`, 'Use 0 for strict priority, or the share of claims taken oldest-first (e.g. 0.1).');
+  }
   if (merged.abortMarginMs !== undefined) {
     requireInteger(at('abortMarginMs'), merged.abortMarginMs, 0);
     if (merged.abortMarginMs * 2 > merged.leaseMs) {
@@ -94,6 +98,12 @@ export class Worker {
   private moreWork = true;
   /** Counts wake-ups, so one that arrives while a claim is in flight is not lost when it returns. */
   private wakeups = 0;
+  /**
+   * Fair-share credit: grows by `fairShare` per job asked for; each whole unit buys one job taken
+   * oldest-first. Exact over any sequence of claim sizes, so one job in every ceil(1 / fairShare)
+   * is an oldest-first one even when claims are of one job each.
+   */
+  private fairCredit = 0;
   /** When the last claim that came back short was sent (monotonic ms). */
   private lastShortClaimAt = Number.NEGATIVE_INFINITY;
   private nudge: (() => void) | undefined;
@@ -195,7 +205,10 @@ export class Worker {
   }
 
   private async claim(limit: number): Promise<void> {
-    const { leaseMs, maxRuntimeMs, maxAttempts, backoff } = this.options;
+    const { leaseMs, maxRuntimeMs, maxAttempts, backoff, fairShare } = this.options;
+    this.fairCredit += limit * fairShare;
+    const oldestFirst = Math.min(limit, Math.floor(this.fairCredit + 1e-9)); // 10 × 0.1 is 0.999…
+    this.fairCredit -= oldestFirst;
     const requestedAt = performance.now();
     const wakeupsBefore = this.wakeups;
     let rows: ClaimedRow[];
@@ -209,6 +222,7 @@ export class Worker {
         maxAttempts,
         backoff.baseMs,
         backoff.maxMs,
+        oldestFirst,
       ]);
     } catch (error) {
       this.deps.logger.error(`Claim on queue "${this.queue}" failed: ${(error as Error).message}. Retrying at the next poll.`);
@@ -300,7 +314,7 @@ export class Worker {
 
   private async complete(lease: Lease, startedAt: number): Promise<void> {
     if (lease.lost) return;
-    const outcome = await this.deps.completer.complete(lease.job.id, lease.job.leaseToken);
+    const outcome = await this.deps.completer.complete(lease.job.id, lease.job.leaseToken, lease.job.orderingKey !== null);
     if (!outcome.applied) {
       lease.markLost(outcome.reason, 'complete');
       return;

@@ -10,9 +10,9 @@ beforeAll(async () => {
 });
 afterAll(() => fx.close());
 
-// $1 queue, $2 owner, $3 limit, $4 lease ms, $5 max runtime ms, $6 max attempts, $7 backoff base, $8 backoff max
+// $1 queue, $2 owner, $3 limit, $4 lease ms, $5 max runtime ms, $6 max attempts, $7 backoff base, $8 backoff max, $9 oldest-first
 const claim = (owner: string, leaseMs: number, limit = 1) =>
-  run<{ id: string; lease_token: string; lease_ms_left: number }>(fx.pool, queries.claim, ['fence', owner, limit, leaseMs, 60_000, 5, 0, 0]);
+  run<{ id: string; lease_token: string; lease_ms_left: number }>(fx.pool, queries.claim, ['fence', owner, limit, leaseMs, 60_000, 5, 0, 0, 0]);
 
 test("a stale worker's completion, failure and heartbeat change nothing once another worker holds the job", async () => {
   await fx.insertJobs('fence', 1);
@@ -29,12 +29,12 @@ test("a stale worker's completion, failure and heartbeat change nothing once ano
   const [b] = await claim('worker-b', 30_000);
   expect(b).toMatchObject({ id, lease_token: '8' });
 
-  const bDone = await new Completer(fx.pool, queries, 'worker-b').complete(id, '8');
+  const bDone = await new Completer(fx.pool, queries, 'worker-b', 'pgqueue:wake').complete(id, '8');
   expect(bDone).toEqual({ applied: true });
   const before = (await fx.pool.query(`SELECT * FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
 
   // A wakes up late. Every fenced write it attempts is refused and recorded.
-  const aDone = await new Completer(fx.pool, queries, 'worker-a').complete(id, '7');
+  const aDone = await new Completer(fx.pool, queries, 'worker-a', 'pgqueue:wake').complete(id, '7');
   expect(aDone).toEqual({ applied: false, reason: 'lease_lost' });
   const [aFail] = await run<{ applied: number; loss: string }>(fx.pool, queries.fail, [id, 'worker-a', '7', false, 0, 'X', 'late']);
   expect(aFail).toEqual({ applied: 0, loss: 'LEASE_LOST' });
@@ -59,7 +59,7 @@ test('a second completion under the same token is refused as "finished"; a cance
   await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 2);
   const [first, second] = await claim('worker-c', 30_000, 2);
-  const completer = new Completer(fx.pool, queries, 'worker-c');
+  const completer = new Completer(fx.pool, queries, 'worker-c', 'pgqueue:wake');
   expect(await completer.complete(first!.id, first!.lease_token)).toEqual({ applied: true });
   expect(await completer.complete(first!.id, first!.lease_token)).toEqual({ applied: false, reason: 'finished' });
   await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`, [second!.id]);
@@ -71,7 +71,7 @@ test('a batch with one stale row still completes the others, and reports each ro
   await fx.insertJobs('fence', 5);
   const claimed = await claim('worker-d', 30_000, 5);
   const stale = claimed[2]!;
-  const completer = new Completer(fx.pool, queries, 'worker-d');
+  const completer = new Completer(fx.pool, queries, 'worker-d', 'pgqueue:wake');
   const outcomes = await Promise.all(
     claimed.map((job) => completer.complete(job.id, job === stale ? String(Number(job.lease_token) - 1) : job.lease_token)),
   );
@@ -89,6 +89,6 @@ test('a fenced write needs an unexpired lease by database time, even for the rig
   await fx.insertJobs('fence', 1);
   const [job] = await claim('worker-e', 100);
   await new Promise((r) => setTimeout(r, 200));
-  const outcome = await new Completer(fx.pool, queries, 'worker-e').complete(job!.id, job!.lease_token);
+  const outcome = await new Completer(fx.pool, queries, 'worker-e', 'pgqueue:wake').complete(job!.id, job!.lease_token);
   expect(outcome).toEqual({ applied: false, reason: 'lease_lost' });
 });
