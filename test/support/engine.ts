@@ -20,6 +20,8 @@ export function testLogger() {
 export async function engineFixture(label: string) {
   const database: TestDatabase = await createTestDatabase(label);
   const pool = new pg.Pool({ connectionString: database.url, max: 20 });
+  // Dropping the database at the end terminates sessions that are still closing; not an error here.
+  pool.on('error', () => {});
   const engines: PgQueue[] = [];
   const make = (options: Partial<PgQueueOptions> = {}) => {
     const engine = new PgQueue({
