@@ -1,15 +1,14 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { createRequire } from 'node:module';
+import { copyFile, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { InvalidOptionError, MigrationError } from '../lib/engine/errors.js';
-import { MIGRATIONS_DIR, migrate, migrationLockKey, type MigrateOptions, type MigrationReport } from '../lib/engine/migrator.js';
+import { loadMigrations, MIGRATIONS_DIR, migrate, migrationLockKey, type MigrateOptions, type MigrationReport } from '../lib/engine/migrator.js';
+import { compileEngine } from './support/compile-engine.mjs';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 
-const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 const childScript = fileURLToPath(new URL('./support/migrate-child.mjs', import.meta.url));
 
 let db: TestDatabase;
@@ -93,42 +92,12 @@ afterAll(async () => {
 });
 
 describe('migrate() in ten processes at once', () => {
-  let compiledDir: string;
   let compiledMigrator: string;
 
-  // The children run the real migrator, compiled to JavaScript with the project's TypeScript. The
-  // output lives under node_modules/.cache so that the compiled files resolve `pg` from the
-  // project's node_modules, as the published package would.
+  // The children run the real migrator, compiled to JavaScript with the project's TypeScript
+  // (test/support/compile-engine.mjs: cached under node_modules/.cache, shared with the crash suite).
   beforeAll(async () => {
-    const cache = join(repoRoot, 'node_modules', '.cache');
-    await mkdir(cache, { recursive: true });
-    compiledDir = await mkdtemp(join(cache, 'pgq-migrator-'));
-    const tsconfig = join(compiledDir, 'tsconfig.json');
-    await writeFile(
-      tsconfig,
-      JSON.stringify({
-        extends: join(repoRoot, 'tsconfig.json'),
-        compilerOptions: {
-          rootDir: join(repoRoot, 'lib'),
-          outDir: join(compiledDir, 'out'),
-          types: ['node'],
-          declaration: false,
-          sourceMap: false,
-          incremental: false,
-          noCheck: true, // `npm run typecheck` checks types; here only the emit matters
-        },
-        files: [join(repoRoot, 'lib', 'engine', 'migrator.ts')],
-        include: [],
-      }),
-    );
-    await writeFile(join(compiledDir, 'package.json'), JSON.stringify({ type: 'module' }));
-    const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
-    await run(process.execPath, [tsc, '-p', tsconfig]);
-    compiledMigrator = join(compiledDir, 'out', 'engine', 'migrator.js');
-  });
-
-  afterAll(async () => {
-    if (compiledDir) await rm(compiledDir, { recursive: true, force: true });
+    compiledMigrator = (await compileEngine()).module('engine/migrator.js');
   });
 
   it('applies each file exactly once, and running again is a no-op', async () => {
@@ -204,10 +173,13 @@ describe('migrate()', () => {
     expect(logger.log).toHaveBeenCalledWith(expect.stringContaining(`Applied migration ${names[0]}`));
     const rows = await appliedRows(schema);
     expect(rows.map((row) => row.name)).toEqual(names);
-    for (const row of rows) {
-      expect(row.checksum).toMatch(/^[0-9a-f]{64}$/);
-      expect(row.compatible).toBe(true);
+    const files = await loadMigrations();
+    for (const [i, row] of rows.entries()) {
+      expect(row.checksum).toBe(files[i]!.checksum);
+      expect(row.compatible).toBe(files[i]!.compatible);
     }
+    // 0003 (ordering keys) changes the claimable index under older code: it says so.
+    expect(rows.find((row) => row.name.startsWith('0003_'))?.compatible).toBe(false);
   });
 
   it('puts the tables in a non-default schema and leaves the connection search_path alone', async () => {
@@ -471,15 +443,4 @@ async function waitFor(condition: () => Promise<boolean>, timeoutMs: number): Pr
     if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
-}
-
-function run(command: string, args: string[]): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (chunk) => (output += chunk));
-    child.stderr.on('data', (chunk) => (output += chunk));
-    child.on('error', reject);
-    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`${command} ${args.join(' ')} exited with ${code}:\n${output}`))));
-  });
 }
