@@ -6,6 +6,7 @@ export {
   type StartOptions,
   type JobRecord,
   type JobEventRecord,
+  type JobEffectRecord,
   type OperatorNote,
   type ReplayOutcome,
   type DeadJobPage,
@@ -13,7 +14,8 @@ export {
   type QueueStats,
   type EngineStats,
 } from './pg-queue.js';
-export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, AbortCode } from './types.js';
+export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, AbortCode, CompleteOptions } from './types.js';
+export { EFFECT_RESULT_MAX_BYTES, type EffectOptions, type Reconciliation } from './effects.js';
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';

@@ -1,5 +1,8 @@
 import { performance } from 'node:perf_hooks';
-import { run, type Queryable } from './db.js';
+import type pg from 'pg';
+import { run } from './db.js';
+import { completeInTransaction } from './transactional-completion.js';
+import { runEffect } from './effects.js';
 import { JobAbortedError, LeaseLostError, type FenceLossReason } from './errors.js';
 import type { EngineMetrics } from './metrics.js';
 import type { Queries } from './sql.js';
@@ -25,10 +28,12 @@ export interface ClaimedRow {
 }
 
 export interface LeaseDeps {
-  readonly db: Queryable;
+  readonly db: pg.Pool;
   readonly queries: Queries;
   readonly owner: string;
   readonly metrics: EngineMetrics;
+  /** The NOTIFY channel (a transactional completion may wake the next job of an ordering key). */
+  readonly channel: string;
 }
 
 export interface LeaseTiming {
@@ -72,15 +77,19 @@ export class Lease {
   private expiresAt: number;
   private atDeadline: boolean;
   private renewal: Promise<void> | undefined;
+  /** The database refused a renewal (the fence): that renewal, not the abort, reports why. */
+  private renewalRefused = false;
   /** Set once a fenced write or heartbeat was refused: nothing more is written for this attempt. */
   lost: FenceLossReason | undefined;
+  /** Set once ctx.complete() committed: the job succeeded with the handler's own writes. */
+  completedInTransaction = false;
 
   constructor(
     row: ClaimedRow,
     schema: string,
     requestedAt: number,
     private readonly timing: LeaseTiming,
-    private readonly deps: LeaseDeps,
+    readonly deps: LeaseDeps,
   ) {
     this.job = {
       id: row.id,
@@ -106,6 +115,8 @@ export class Lease {
       attempt: row.attempt_count,
       token: row.lease_token,
       heartbeat: () => lease.heartbeat(),
+      complete: (work, options) => completeInTransaction(lease, work, options),
+      effect: (name, call, options) => runEffect(lease, name, call, options),
     };
     this.arm();
   }
@@ -124,11 +135,19 @@ export class Lease {
   }
 
   /** Marks the fence as lost (a write was refused), counts it, and aborts the handler. */
-  markLost(reason: FenceLossReason, operation: 'complete' | 'fail' | 'heartbeat' | 'release'): void {
+  markLost(reason: FenceLossReason, operation: 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect'): void {
     this.lost ??= reason;
     this.deps.metrics.increment('lease_lost', { queue: this.job.queue, reason, operation });
     this.deps.metrics.emit({ type: 'lease_lost', queue: this.job.queue, jobId: this.job.id, leaseToken: this.job.leaseToken, reason, operation });
     this.abort(reason === 'cancelled' ? 'CANCELLED' : 'LEASE_LOST', `the worker no longer owns the job (${reason})`);
+  }
+
+  /** After a fenced statement matched nothing: reads why, marks the lease lost, returns the error to throw. */
+  async lostOn(operation: 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect'): Promise<LeaseLostError> {
+    const [row] = await run<{ loss: string }>(this.deps.db, this.deps.queries.fenceLoss, [this.job.id, this.job.leaseToken]);
+    const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+    this.markLost(reason, operation);
+    return new LeaseLostError(this.job.id, this.job.leaseToken, reason);
   }
 
   dispose(): void {
@@ -149,7 +168,20 @@ export class Lease {
     this.renewal ??= this.renew().finally(() => {
       this.renewal = undefined;
     });
-    return this.renewal;
+    // A renewal whose write hangs (a network that drops packets, a pool with no free connection)
+    // must not hold the handler past its abort: the caller gets the signal's reason as soon as it
+    // aborts, so a handler that honours its signal can stop before the lease expires. The write
+    // itself goes on in the background, fenced as always. (When the renewal's own fence is refused
+    // it aborts the signal too, and then reports the LeaseLostError itself.)
+    const renewal = this.renewal;
+    const signal = this.controller.signal;
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        if (!this.renewalRefused) reject(signal.reason);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      renewal.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+    });
   }
 
   private async renew(): Promise<void> {
@@ -172,6 +204,7 @@ export class Lease {
       return;
     }
     const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+    this.renewalRefused = true;
     this.markLost(reason, 'heartbeat');
     throw new LeaseLostError(this.job.id, this.job.leaseToken, reason);
   }

@@ -159,6 +159,19 @@ export interface JobEventRecord {
   message: string | null;
 }
 
+export interface JobEffectRecord {
+  name: string;
+  idempotencyKey: string;
+  /** 'started' without 'confirmed' is an uncertain outcome: reconciled or retried by the next attempt. */
+  status: 'started' | 'confirmed';
+  result: unknown;
+  /** Calls (or reconciliations) started for this effect, over all attempts. */
+  attempts: number;
+  leaseToken: string;
+  startedAt: Date;
+  confirmedAt: Date | null;
+}
+
 export const POLL_INTERVAL_DEFAULT_MS = 2_000;
 export const WAKE_COOLDOWN_DEFAULT_MS = 5;
 export const POOL_SIZE_DEFAULT = 10;
@@ -318,6 +331,7 @@ export class PgQueue {
         handlerOptions,
         {
           db: this.pool,
+          channel: this.channel,
           queries: this.queries,
           owner: this.workerId,
           completer: this.completer,
@@ -395,6 +409,22 @@ export class PgQueue {
   }
 
   /** The audit trail of a job: every exceptional transition, oldest first. */
+  /** The job's effect records (ctx.effect): started, confirmed, with results and tries. */
+  async getJobEffects(id: string): Promise<JobEffectRecord[]> {
+    if (!/^\d{1,19}$/.test(String(id))) return [];
+    const rows = await run<Record<string, never>>(this.pool, this.queries.jobEffects, [id]);
+    return rows.map((row) => ({
+      name: row.name,
+      idempotencyKey: row.idempotency_key,
+      status: row.status,
+      result: row.result,
+      attempts: row.attempts,
+      leaseToken: row.lease_token,
+      startedAt: row.started_at,
+      confirmedAt: row.confirmed_at,
+    }));
+  }
+
   async getJobEvents(id: string): Promise<JobEventRecord[]> {
     if (!/^\d{1,19}$/.test(String(id))) return [];
     const rows = await run<Record<string, never>>(this.pool, this.queries.jobEvents, [id]);

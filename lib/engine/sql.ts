@@ -77,6 +77,11 @@ export interface Queries {
   readonly getJob: QueryText;
   readonly jobEvents: QueryText;
   readonly setQueuePaused: QueryText;
+  readonly lockFence: QueryText;
+  readonly fenceLoss: QueryText;
+  readonly beginEffect: QueryText;
+  readonly confirmEffect: QueryText;
+  readonly jobEffects: QueryText;
   readonly cancel: QueryText;
   readonly replay: QueryText;
   readonly listDead: QueryText;
@@ -440,6 +445,79 @@ export function createQueries(schemaName: string): Queries {
               deadline_at, claimed_at, heartbeat_at, release_count, last_error_code, last_error_message,
               created_at, finished_at
        FROM ${jobs} WHERE id = $1`,
+    ),
+
+    /**
+     * Takes the fence as a row lock, inside a handler's transactional completion: the row is
+     * locked with the full fence predicate, so from here to COMMIT no one else can change the job
+     * (the reaper skips locked rows, cancellation waits), whatever the clock says: now() is frozen
+     * inside the transaction, and the lock is what makes the fence hold.
+     * $1 id, $2 owner, $3 token.
+     */
+    lockFence: q(
+      'lock-fence',
+      `SELECT j.id FROM ${jobs} AS j WHERE ${fence('j', '$1', '$2', '$3')} FOR UPDATE OF j`,
+    ),
+
+    /** Why a fence was refused, for a caller that learnt it from a statement without reasons. $1 id, $2 token. */
+    fenceLoss: q(
+      'fence-loss',
+      `SELECT CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', '$2::bigint')} END AS loss
+       FROM (SELECT 1) AS one LEFT JOIN ${jobs} AS j ON j.id = $1`,
+    ),
+
+    /**
+     * Before an external call: records the effect as started (or, for an effect a previous
+     * attempt started but never confirmed, counts another try), fenced on the current lease, and
+     * reports what an earlier attempt left: nothing, 'started' (an uncertain outcome) or
+     * 'confirmed' (with its result; the call is not repeated).
+     * $1 id, $2 owner, $3 token, $4 effect name, $5 idempotency key.
+     */
+    beginEffect: q(
+      'begin-effect',
+      `WITH owned AS (
+         SELECT j.id, j.attempt_count FROM ${jobs} AS j WHERE ${fence('j', '$1', '$2', '$3')}
+       ), earlier AS (
+         SELECT status, result FROM ${s}.job_effects WHERE job_id = $1 AND name = $4
+       ), started AS (
+         INSERT INTO ${s}.job_effects AS e (job_id, name, idempotency_key, status, lease_token)
+         SELECT id, $4, $5, 'started', $3 FROM owned
+         ON CONFLICT (job_id, name) DO UPDATE SET attempts = e.attempts + 1, lease_token = excluded.lease_token
+           WHERE e.status = 'started'
+         RETURNING e.attempts
+       ), audit AS (
+         INSERT INTO ${events} (job_id, kind, attempt, lease_token, worker, message)
+         SELECT o.id, CASE WHEN s.attempts = 1 THEN 'effect_started' ELSE 'effect_retried' END, o.attempt_count, $3, $2,
+                $4 || ' (try ' || s.attempts || ')'
+         FROM owned o CROSS JOIN started s
+       )
+       SELECT EXISTS (SELECT 1 FROM owned) AS owned, (SELECT status FROM earlier) AS earlier,
+              (SELECT result FROM earlier) AS result`,
+    ),
+
+    /**
+     * After an external call: the effect is confirmed with its (bounded) result. Not fenced on
+     * purpose: the call happened, with the effect's idempotency key, whoever holds the lease now;
+     * the record states a fact about the outside world, not the job's state.
+     * $1 id, $2 worker, $3 token, $4 effect name, $5 result, $6 event kind.
+     */
+    confirmEffect: q(
+      'confirm-effect',
+      `WITH confirmed AS (
+         UPDATE ${s}.job_effects SET status = 'confirmed', result = $5, confirmed_at = now()
+         WHERE job_id = $1 AND name = $4 AND status = 'started'
+         RETURNING job_id
+       ), audit AS (
+         INSERT INTO ${events} (job_id, kind, lease_token, worker, message)
+         SELECT job_id, $6, $3, $2, $4 FROM confirmed
+       )
+       SELECT (SELECT count(*) FROM confirmed)::int AS applied`,
+    ),
+
+    jobEffects: q(
+      'job-effects',
+      `SELECT name, idempotency_key, status, result, attempts, lease_token::text AS lease_token, started_at, confirmed_at
+       FROM ${s}.job_effects WHERE job_id = $1 ORDER BY started_at, name`,
     ),
 
     /**

@@ -1,3 +1,5 @@
+import type { Queryable } from './db.js';
+import type { EffectOptions } from './effects.js';
 import type { FenceLossReason } from './errors.js';
 
 /** States of a job. `scheduled` is pending work that is not due yet. */
@@ -42,6 +44,28 @@ export interface JobContext {
    * the worker no longer owns the job (and aborts `signal`).
    */
   heartbeat(): Promise<void>;
+  /**
+   * Fenced transactional completion: runs `work` in a transaction that first locks the job's row
+   * with the fence predicate, then marks the job succeeded in the same transaction. If the lease
+   * was lost, `work` never runs (or its writes roll back) and this rejects with LeaseLostError.
+   * The transaction is open only for `work`. Pass `{ client }` to use a transaction you opened
+   * (you then commit it; if you roll back, the job is retried when its lease expires).
+   */
+  complete<R>(work: (tx: Queryable) => Promise<R>, options?: CompleteOptions): Promise<R>;
+  /**
+   * An external side effect with a durable record: `call` receives an idempotency key stable
+   * across attempts and replays; a confirmed effect is not repeated on a later attempt (its stored
+   * result is returned), and one that an earlier attempt started without confirming is reconciled
+   * (`options.reconcile`) or called again with the same key.
+   */
+  effect<R>(name: string, call: (idempotencyKey: string) => Promise<R>, options?: EffectOptions<R>): Promise<R>;
+}
+
+export interface CompleteOptions {
+  /** Run inside this already-open transaction (any `pg` client, or an adapter with `query(config)`). */
+  client?: Queryable;
+  /** Give up taking the job's row lock after this long (default 5000 ms). */
+  lockTimeoutMs?: number;
 }
 
 export type JobHandlerFn<T = unknown> = (job: Job<T>, ctx: JobContext) => unknown;

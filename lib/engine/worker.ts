@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { requireInteger } from './config.js';
-import { run, type Queryable } from './db.js';
+import type pg from 'pg';
+import { run } from './db.js';
 import { InvalidOptionError } from './errors.js';
 import type { Completer } from './completer.js';
 import { fenceLossReason, Lease, type ClaimedRow } from './lease.js';
@@ -56,7 +57,9 @@ export function resolveHandlerOptions(queue: string, options: Partial<HandlerOpt
 }
 
 export interface WorkerDeps {
-  readonly db: Queryable;
+  readonly db: pg.Pool;
+  /** The NOTIFY channel of the schema. */
+  readonly channel: string;
   readonly queries: Queries;
   readonly owner: string;
   readonly completer: Completer;
@@ -314,11 +317,16 @@ export class Worker {
 
   private async complete(lease: Lease, startedAt: number): Promise<void> {
     if (lease.lost) return;
+    if (lease.completedInTransaction) return this.succeeded(lease, startedAt); // ctx.complete() committed it
     const outcome = await this.deps.completer.complete(lease.job.id, lease.job.leaseToken, lease.job.orderingKey !== null);
     if (!outcome.applied) {
       lease.markLost(outcome.reason, 'complete');
       return;
     }
+    this.succeeded(lease, startedAt);
+  }
+
+  private succeeded(lease: Lease, startedAt: number): void {
     this.deps.metrics.increment('jobs_succeeded', { queue: this.queue });
     this.deps.metrics.observe('completion_latency_ms', performance.now() - lease.claimedAt, { queue: this.queue });
     this.deps.metrics.emit({ type: 'succeeded', queue: this.queue, jobId: lease.job.id, durationMs: performance.now() - startedAt });
@@ -326,6 +334,11 @@ export class Worker {
 
   private async fail(lease: Lease, error: unknown): Promise<void> {
     if (lease.lost) return;
+    if (lease.completedInTransaction) {
+      // The job's success already committed with ctx.complete(); what the handler did after it cannot undo that.
+      this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") threw after ctx.complete() committed; it stays succeeded.`);
+      return;
+    }
     const abortCode = lease.abortCode;
     if (abortCode === 'SHUTDOWN') return this.release(lease, true);
     const failure = classifyFailure(error, abortCode);
