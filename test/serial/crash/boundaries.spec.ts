@@ -306,4 +306,3 @@ test('6. retries exhausted (by crashes, and by failures): a visible dead row wit
 function round(ms: number): number {
   return Math.round(ms * 10) / 10;
 }
-
