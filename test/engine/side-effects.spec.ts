@@ -144,3 +144,24 @@ test('an ordering key moves on when its head completes transactionally', async (
   await waitForStatus(q, ids[2]!, 'succeeded');
   expect(order).toEqual(['n1', 'n2', 'n3']);
 });
+
+test("ctx.complete inside the caller's own transaction: committed with it; rolled back, the job is retried", async () => {
+  const q = fx.make({ reaper: { intervalMs: 20 }, scheduler: { intervalMs: 20 } });
+  q.work('tx-own', async (job, ctx) => {
+    const client = await fx.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`INSERT INTO ledger VALUES ($1, $2, 'own transaction')`, [job.id, job.leaseToken]);
+      await ctx.complete(async () => {}, { client });
+      await client.query(job.attempt === 1 ? 'ROLLBACK' : 'COMMIT');
+    } finally {
+      client.release();
+    }
+  }, { leaseMs: 300, abortMarginMs: 50, backoff: { baseMs: 0, maxMs: 0 } });
+  await q.start();
+  const id = await q.enqueue('tx-own', {});
+  const job = await waitForStatus(q, id, 'succeeded');
+  expect(job.attemptCount).toBe(2);
+  expect((await fx.pool.query(`SELECT token::int FROM ledger WHERE job_id = $1`, [id])).rows).toEqual([{ token: 2 }]);
+  expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toEqual([['lease_expired', 'LEASE_EXPIRED']]);
+});
