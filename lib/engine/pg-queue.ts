@@ -2,13 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import pg from 'pg';
 import { Completer, type CompleterConfig } from './completer.js';
-import { requireInteger, requireString } from './config.js';
+import { requireInteger, requireOneOf, requireString } from './config.js';
 import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
 import { DEFAULT_SCHEMA, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
 import { EngineMetrics } from './metrics.js';
-import { migrate, MIGRATION_MODE_DEFAULT, type MigrationMode, type MigrationReport } from './migrator.js';
+import { migrate, MIGRATION_MODE_DEFAULT, MIGRATION_MODES, type MigrationMode, type MigrationReport } from './migrator.js';
 import { Notifier, type NotifierConfig } from './notifier.js';
 import { MAX_PAYLOAD_BYTES_DEFAULT, Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
 import { Pruner, type PrunerConfig } from './pruner.js';
@@ -227,7 +227,8 @@ export class PgQueue {
       );
     }
     if (options.connectionString !== undefined) requireString('connectionString', options.connectionString);
-    if (options.pool !== undefined && !(options.pool instanceof pg.Pool)) {
+    // By shape, not instanceof: the app's pg may be another copy (another version) than ours.
+    if (options.pool !== undefined && !isPool(options.pool)) {
       throw new InvalidOptionError('pool', 'it is not a pg.Pool', 'Pass a Pool from the "pg" package, or a connectionString.');
     }
     this.logger = options.logger ?? consoleLogger;
@@ -238,7 +239,7 @@ export class PgQueue {
       /^[\x21-\x7e]{1,200}$/,
       'Use 1-200 printable ASCII characters without spaces, unique per process.',
     );
-    this.migrationMode = options.migrations ?? MIGRATION_MODE_DEFAULT;
+    this.migrationMode = requireOneOf('migrations', options.migrations ?? MIGRATION_MODE_DEFAULT, MIGRATION_MODES);
     this.pollIntervalMs = requireInteger('pollIntervalMs', options.pollIntervalMs ?? POLL_INTERVAL_DEFAULT_MS, 10);
     this.wakeCooldownMs = requireInteger('wakeCooldownMs', options.wakeCooldownMs ?? WAKE_COOLDOWN_DEFAULT_MS, 0, 10_000);
     this.maxFreeReleases = requireInteger('maxFreeReleases', options.maxFreeReleases ?? MAX_FREE_RELEASES_DEFAULT, 0);
@@ -382,7 +383,7 @@ export class PgQueue {
   }
 
   async getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {
-    if (!/^\d{1,19}$/.test(String(id))) return undefined;
+    if (!isJobId(id)) return undefined;
     const [row] = await run<Record<string, never>>(this.pool, this.queries.getJob, [id]);
     if (!row) return undefined;
     return {
@@ -411,7 +412,7 @@ export class PgQueue {
   /** The audit trail of a job: every exceptional transition, oldest first. */
   /** The job's effect records (ctx.effect): started, confirmed, with results and tries. */
   async getJobEffects(id: string): Promise<JobEffectRecord[]> {
-    if (!/^\d{1,19}$/.test(String(id))) return [];
+    if (!isJobId(id)) return [];
     const rows = await run<Record<string, never>>(this.pool, this.queries.jobEffects, [id]);
     return rows.map((row) => ({
       name: row.name,
@@ -426,7 +427,7 @@ export class PgQueue {
   }
 
   async getJobEvents(id: string): Promise<JobEventRecord[]> {
-    if (!/^\d{1,19}$/.test(String(id))) return [];
+    if (!isJobId(id)) return [];
     const rows = await run<Record<string, never>>(this.pool, this.queries.jobEvents, [id]);
     return rows.map((row) => ({
       id: row.id,
@@ -441,6 +442,18 @@ export class PgQueue {
       errorCode: row.error_code,
       message: row.message,
     }));
+  }
+
+  /**
+   * What is left to do in `queues`: pending and running jobs, and scheduled ones due within
+   * `withinMs`, per queue and status (with up to 10 ids each). Read-only.
+   */
+  async unfinished(queues: readonly string[], withinMs = 0): Promise<{ queue: string; status: JobStatus; count: number; ids: string[] }[]> {
+    const rows = await run<{ queue_name: string; status: JobStatus; n: number; ids: string[] }>(this.pool, this.queries.unfinishedJobs, [
+      [...queues],
+      Math.max(0, Math.round(withinMs)),
+    ]);
+    return rows.map((r) => ({ queue: r.queue_name, status: r.status, count: r.n, ids: r.ids }));
   }
 
   /** One bounded reaper pass (what the reaper's timer, or the host's scheduler, runs). */
@@ -645,8 +658,18 @@ export class PgQueue {
   }
 }
 
+function isPool(value: unknown): value is pg.Pool {
+  const pool = value as Partial<Record<'connect' | 'query' | 'end' | 'on', unknown>> | null;
+  return typeof pool === 'object' && pool !== null && ['connect', 'query', 'end', 'on'].every((m) => typeof pool[m as 'connect'] === 'function');
+}
+
+/** A job id: the decimal string of a positive PostgreSQL bigint. */
+function isJobId(id: unknown): id is string {
+  return typeof id === 'string' && /^[1-9]\d{0,18}$/.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n;
+}
+
 function checkedId(id: string): string {
-  if (typeof id !== 'string' || !/^\d{1,19}$/.test(id)) {
+  if (!isJobId(id)) {
     throw new InvalidOptionError('id', `${JSON.stringify(String(id).slice(0, 40))} is not a job id`, 'Job ids are the decimal strings enqueue returned.');
   }
   return id;

@@ -76,6 +76,7 @@ export interface Queries {
   readonly nextScheduledInMs: QueryText;
   readonly getJob: QueryText;
   readonly jobEvents: QueryText;
+  readonly unfinishedJobs: QueryText;
   readonly setQueuePaused: QueryText;
   readonly lockFence: QueryText;
   readonly fenceLoss: QueryText;
@@ -445,6 +446,20 @@ export function createQueries(schemaName: string): Queries {
               deadline_at, claimed_at, heartbeat_at, release_count, last_error_code, last_error_message,
               created_at, finished_at
        FROM ${jobs} WHERE id = $1`,
+    ),
+
+    /**
+     * What is left to do in some queues: pending and running jobs, and scheduled ones that fall
+     * due within $2 ms (database time), per queue and status with the first few ids. For tests
+     * and drains; read-only. $1 queues.
+     */
+    unfinishedJobs: q(
+      'unfinished-jobs',
+      `SELECT queue_name, status::text AS status, count(*)::int AS n, (array_agg(id::text ORDER BY id))[1:10] AS ids
+       FROM ${jobs}
+       WHERE queue_name = ANY($1::text[])
+         AND (status IN ('pending', 'running') OR (status = 'scheduled' AND available_at <= now() + ${ms('$2::bigint')}))
+       GROUP BY queue_name, status ORDER BY queue_name, status`,
     ),
 
     /**

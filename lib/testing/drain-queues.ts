@@ -1,5 +1,4 @@
 import type { INestApplicationContext } from '@nestjs/common';
-import { quoteIdentifier, validateSchemaName } from '../engine/identifiers.js';
 import type { PgQueue } from '../engine/index.js';
 import { PgQueueExplorer } from '../nest/pg-queue.explorer.js';
 import { PG_QUEUE_ENGINE } from '../pg-queue.constants.js';
@@ -19,14 +18,6 @@ export interface DrainQueuesOptions {
 
 export const DRAIN_TIMEOUT_DEFAULT_MS = 10_000;
 const DRAIN_INTERVAL_DEFAULT_MS = 25;
-const IDS_SHOWN = 10;
-
-interface LeftRow {
-  queue_name: string;
-  status: string;
-  n: number;
-  ids: string[];
-}
 
 /**
  * Resolves once every job of the handled queues that can still run before the timeout has
@@ -46,21 +37,14 @@ export async function drainQueues(app: ProviderSource, options: DrainQueuesOptio
   const timeoutMs = options.timeoutMs ?? DRAIN_TIMEOUT_DEFAULT_MS;
   const intervalMs = options.intervalMs ?? DRAIN_INTERVAL_DEFAULT_MS;
   if (queues.length === 0) return;
-  const jobs = `${quoteIdentifier(validateSchemaName(engine.schema))}.jobs`;
-  // Read-only and for tests, so it lives with the test kit rather than among the engine's
-  // statements. Scheduled rows count when they fall due before the deadline (database time).
-  const text = `SELECT queue_name, status::text AS status, count(*)::int AS n, (array_agg(id::text ORDER BY id))[1:${IDS_SHOWN}] AS ids
-    FROM ${jobs}
-    WHERE queue_name = ANY($1::text[])
-      AND (status IN ('pending', 'running') OR (status = 'scheduled' AND available_at <= now() + $2 * interval '1 millisecond'))
-    GROUP BY queue_name, status ORDER BY queue_name, status`;
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const remainingMs = Math.max(0, deadline - Date.now());
-    const { rows } = await engine.pool.query<LeftRow>(text, [queues, remainingMs]);
+    // Scheduled jobs count when they fall due before the deadline (a retry waiting out its backoff).
+    const left = await engine.unfinished(queues, remainingMs);
     const inFlight = queues.map((queue) => [queue, engine.worker(queue)?.inFlight ?? 0] as const).filter(([, n]) => n > 0);
-    if (rows.length === 0 && inFlight.length === 0) return;
-    if (remainingMs === 0) throw new Error(DRAIN_TIMEOUT(timeoutMs, describeLeft(rows, inFlight)));
+    if (left.length === 0 && inFlight.length === 0) return;
+    if (remainingMs === 0) throw new Error(DRAIN_TIMEOUT(timeoutMs, describeLeft(left, inFlight)));
     await new Promise((r) => setTimeout(r, Math.min(intervalMs, remainingMs)));
   }
 }
@@ -73,8 +57,8 @@ function resolve<T>(app: ProviderSource, token: symbol | Function): T {
   }
 }
 
-function describeLeft(rows: readonly LeftRow[], inFlight: readonly (readonly [string, number])[]): string {
-  const parts = rows.map((r) => `${r.queue_name}: ${r.n} ${r.status} (id ${r.ids.join(', ')}${r.n > r.ids.length ? ', …' : ''})`);
+function describeLeft(left: Awaited<ReturnType<PgQueue['unfinished']>>, inFlight: readonly (readonly [string, number])[]): string {
+  const parts = left.map((r) => `${r.queue}: ${r.count} ${r.status} (id ${r.ids.join(', ')}${r.count > r.ids.length ? ', …' : ''})`);
   for (const [queue, n] of inFlight) parts.push(`${queue}: ${n} in flight in this process`);
   return parts.join('; ');
 }
