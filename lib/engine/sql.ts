@@ -275,7 +275,9 @@ export function createQueries(schemaName: string): Queries {
          RETURNING j.queue_name, j.status
        ), forgotten AS (
          DELETE FROM ${s}.ordering_keys AS ok USING keys
-         WHERE ok.queue_name = keys.q AND ok.ordering_key = keys.k AND ok.unfinished = 0
+         -- The = ANY conditions let the primary key find the rows; a join alone may scan them all.
+         WHERE ok.queue_name = ANY ($1::text[]) AND ok.ordering_key = ANY ($2::text[])
+           AND ok.queue_name = keys.q AND ok.ordering_key = keys.k AND ok.unfinished = 0
        ), woken AS (
          SELECT count(pg_notify($3, d.queue_name)) AS n
          FROM (SELECT DISTINCT queue_name FROM promoted WHERE status = 'pending') d
@@ -627,12 +629,15 @@ export function createQueries(schemaName: string): Queries {
               created_at, finished_at, lease_token::text AS lease_token,
               -- The cursor keeps the full microsecond precision a JS Date would lose.
               finished_at::text || '|' || id AS cursor
-       FROM ${jobs}
+       FROM ${jobs} j
        WHERE status = 'dead'
          AND ($1::text IS NULL OR queue_name = $1)
          AND ($2::text IS NULL OR last_error_code = $2)
          AND ($3::timestamptz IS NULL OR (finished_at, id) > ($3::timestamptz, $4::bigint))
-       ORDER BY finished_at, id
+       -- j.id, not id: a bare name in ORDER BY means the output column (id::text), whose order
+       -- ('10' < '9') is not the cursor's bigint order, so pages would skip and repeat jobs that
+       -- died together (one reaper batch shares its finished_at).
+       ORDER BY j.finished_at, j.id
        LIMIT $5`,
     ),
 
@@ -745,7 +750,9 @@ export function createQueries(schemaName: string): Queries {
       'job-events',
       `SELECT id::text AS id, at, kind, from_status::text AS from_status, to_status::text AS to_status, attempt,
               lease_token::text AS lease_token, worker, actor, error_code, message
-       FROM ${events} WHERE job_id = $1 ORDER BY id`,
+       FROM ${events} e WHERE e.job_id = $1
+       -- e.id, not id: a bare name in ORDER BY means the output column, here id::text, which sorts '10' before '9'.
+       ORDER BY e.id`,
     ),
   };
 }
