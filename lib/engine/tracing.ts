@@ -40,11 +40,23 @@ export function runInJobSpan<R>(job: Job, carrier: TraceCarrier | null, fn: () =
       try {
         return await fn();
       } catch (error) {
-        span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+        span.setStatus({ code: SpanStatusCode.ERROR, message: describeThrown(error) });
         throw error;
       } finally {
         span.end();
       }
     },
   );
+}
+
+/**
+ * A thrown value as text, without throwing: String() itself throws for an object without a
+ * prototype or with a throwing toString(), and that must not replace the handler's own failure.
+ */
+function describeThrown(error: unknown): string {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return Object.prototype.toString.call(error);
+  }
 }

@@ -294,11 +294,32 @@ test('6. retries exhausted (by crashes, and by failures): a visible dead row wit
     ['dead', '3', 'dead'],
   ]);
 
+  // A mass crash on the last attempt: 120 jobs claimed in one statement by a worker that dies.
+  // The reaper kills them in one batch (one finished_at for all), and the inspection path lists
+  // every one of them exactly once, in order, page after page (their ids cross 99 -> 100).
+  const mass = await fx.enqueue('exhausted-mass', 120, () => ({}), { maxAttempts: 1 });
+  const doomed = await fx.startWorker({
+    name: 'mass-doomed',
+    queues: [{ name: 'exhausted-mass', behaviour: { kind: 'hang' }, options: fast({ concurrency: 60, prefetch: 60 }) }],
+    reaper: false,
+  });
+  await waitFor(async () => (await runningOwnedBy('exhausted-mass', doomed.workerId)) === 120, 15_000);
+  await doomed.kill('SIGKILL');
+  await fx.drained('exhausted-mass', 15_000, ['dead']);
+  const listed: string[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await fx.producer.listDead({ queue: 'exhausted-mass', limit: 7, cursor });
+    listed.push(...page.jobs.map((j) => j.id));
+    cursor = page.nextCursor;
+  } while (cursor);
+  expect(listed).toEqual([...mass].sort((a, b) => Number(a) - Number(b)));
+
   // Still there after more reaper and retention passes (the janitor prunes with retention 0), and
   // nothing was ever deleted from the jobs table.
   const passes = (await fx.pool.query(`SELECT now() AS t`)).rows[0].t as Date;
   await waitFor(async () => (await fx.pool.query(`SELECT now() - $1::timestamptz > interval '500 ms' AS ok`, [passes])).rows[0].ok, 5_000, 100);
-  for (const id of [crashy!, flaky!]) expect((await fx.job(id)).status).toBe('dead');
+  for (const id of [crashy!, flaky!, ...mass]) expect((await fx.job(id)).status).toBe('dead');
   expect((await fx.pool.query(`SELECT count(*)::int AS n FROM crash_job_deletes WHERE status = 'dead'`)).rows[0].n).toBe(0);
   await Promise.all([janitor.stop(), failing.stop()]);
 }, 90_000);
