@@ -3,9 +3,26 @@
 export { PgQueueModule } from './pg-queue.module.js';
 export type { PgQueueModuleExtras } from './pg-queue.module-definition.js';
 export { JobHandler } from './job-handler.decorator.js';
-export { QueueService, type QueueEnqueueOptions } from './queue.service.js';
-export { PG_QUEUE_ENGINE, PG_QUEUE_MODULE_OPTIONS, JOB_HANDLER_METADATA, REAPER_INTERVAL_NAME, PRUNER_INTERVAL_NAME } from './pg-queue.constants.js';
-export type { JobHandlerOptions, PgQueueModuleOptions, PgQueueOptionsFactory } from './interfaces/index.js';
+export {
+  QueueService,
+  type QueueEnqueueOptions,
+  type DeadJobFilter,
+  type ReplayDeadFilter,
+  type PurgeDeadFilter,
+  type DiscardOptions,
+  type StatsOptions,
+} from './queue.service.js';
+export { PgQueueHealthIndicator, type PgQueueHealthResult, type PgQueueHealthDetails } from './pg-queue-health.indicator.js';
+export { PgQueueMetricsService } from './pg-queue-metrics.service.js';
+export {
+  PG_QUEUE_ENGINE,
+  PG_QUEUE_MODULE_OPTIONS,
+  JOB_HANDLER_METADATA,
+  REAPER_INTERVAL_NAME,
+  PRUNER_INTERVAL_NAME,
+  PROMETHEUS_CONTENT_TYPE,
+} from './pg-queue.constants.js';
+export type { JobHandlerOptions, PgQueueHealthOptions, PgQueueModuleOptions, PgQueueOptionsFactory } from './interfaces/index.js';
 export { drainQueues, type DrainQueuesOptions } from './testing/index.js';
 export {
   type PgQueue,
@@ -17,6 +34,7 @@ export {
   JobAbortedError,
   PermanentJobError,
   RetryableJobError,
+  JobStateError,
   type Job,
   type JobContext,
   type JobStatus,
@@ -30,4 +48,11 @@ export {
   type FenceLossReason,
   type Queryable,
   type MigrationMode,
+  type OperatorNote,
+  type ReplayOutcome,
+  type DeadJobPage,
+  type DeadJobSummary,
+  type EngineStats,
+  type QueueStats,
+  type JobEvent,
 } from './engine/index.js';

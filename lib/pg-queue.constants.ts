@@ -27,3 +27,12 @@ export const PG_QUEUE_LOGGER_CONTEXT = 'PgQueue';
 
 /** How long shutdown lets running handlers finish before it aborts their signals and releases them. */
 export const SHUTDOWN_TIMEOUT_DEFAULT_MS = 10_000;
+
+/** How long the health indicator waits for the database before it reports down. */
+export const HEALTH_TIMEOUT_DEFAULT_MS = 5_000;
+
+/** The health indicator's default key in a @nestjs/terminus result. */
+export const HEALTH_KEY_DEFAULT = 'pgQueue';
+
+/** Content type of the Prometheus text exposition format that `PgQueueMetricsService.prometheus()` renders. */
+export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';

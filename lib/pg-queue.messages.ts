@@ -37,3 +37,7 @@ export const ENGINE_NOT_FOUND = (what: string) =>
   `${what}: no PgQueue engine in this application. Import PgQueueModule.forRoot() (or forRootAsync()) in the module you pass.`;
 
 export const DRAIN_TIMEOUT = (timeoutMs: number, left: string) => `drainQueues: jobs still unfinished after ${timeoutMs} ms: ${left}.`;
+
+export const HEALTH_NO_ANSWER = (timeoutMs: number) => `the database did not answer the health check within ${timeoutMs} ms`;
+
+export const HEALTH_FAILED = (message: string) => `the health check could not read the queue: ${message.slice(0, 300)}`;

@@ -7,6 +7,8 @@ import { PgQueueOrchestrator } from './nest/pg-queue.orchestrator.js';
 import { pgQueueProviders } from './nest/pg-queue.providers.js';
 import { PG_QUEUE_ENGINE } from './pg-queue.constants.js';
 import { ConfigurablePgQueueModule } from './pg-queue.module-definition.js';
+import { PgQueueHealthIndicator } from './pg-queue-health.indicator.js';
+import { PgQueueMetricsService } from './pg-queue-metrics.service.js';
 import { QueueService } from './queue.service.js';
 
 /**
@@ -20,6 +22,9 @@ import { QueueService } from './queue.service.js';
  * export class AppModule {}
  * ```
  *
+ * It provides (and exports) `QueueService` (enqueue, read, operate), `PgQueueHealthIndicator`
+ * (health by age, for @nestjs/terminus or on its own) and `PgQueueMetricsService` (Prometheus).
+ *
  * `forRootAsync({ imports, inject, useFactory })` (or `useClass` / `useExisting` with a
  * `PgQueueOptionsFactory`) reads the options from other providers, e.g. `ConfigService`. The module
  * is global unless `isGlobal: false`. It imports `ScheduleModule.forRoot()` for the reaper's
@@ -29,7 +34,15 @@ import { QueueService } from './queue.service.js';
  */
 @Module({
   imports: [DiscoveryModule, ScheduleModule.forRoot()],
-  providers: [...pgQueueProviders, PgQueueMetadataAccessor, PgQueueExplorer, PgQueueOrchestrator, QueueService],
-  exports: [QueueService, PG_QUEUE_ENGINE],
+  providers: [
+    ...pgQueueProviders,
+    PgQueueMetadataAccessor,
+    PgQueueExplorer,
+    PgQueueOrchestrator,
+    QueueService,
+    PgQueueHealthIndicator,
+    PgQueueMetricsService,
+  ],
+  exports: [QueueService, PgQueueHealthIndicator, PgQueueMetricsService, PG_QUEUE_ENGINE],
 })
 export class PgQueueModule extends ConfigurablePgQueueModule {}

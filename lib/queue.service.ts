@@ -1,19 +1,38 @@
 import { Inject, Injectable } from '@nestjs/common';
+import type { Observable } from 'rxjs';
 import {
   PgQueue,
+  type DeadJobPage,
+  type EngineStats,
   type EnqueueCallOptions,
   type EnqueueOptions,
+  type JobEvent,
   type JobEventRecord,
   type JobRecord,
   type JobToEnqueue,
+  type OperatorNote,
+  type ReplayOutcome,
 } from './engine/index.js';
 import { PG_QUEUE_ENGINE } from './pg-queue.constants.js';
 
 /** Options of `QueueService.enqueue`: when and how the job runs, and on which connection. */
 export type QueueEnqueueOptions = EnqueueOptions & EnqueueCallOptions;
 
+// The operator calls take the engine's own parameter types, so the two can never drift apart.
+/** Which dead jobs `listDead` returns: `{ queue?, errorCode?, limit? (default 50), cursor? }`. */
+export type DeadJobFilter = NonNullable<Parameters<PgQueue['listDead']>[0]>;
+/** Which dead jobs `replayDead` replays: `{ queue, errorCode?, limit? (default 100), actor?, reason? }`. */
+export type ReplayDeadFilter = Parameters<PgQueue['replayDead']>[0];
+/** Which dead jobs `purgeDead` deletes: `{ olderThan, queue?, batchSize?, actor?, reason? }`. */
+export type PurgeDeadFilter = Parameters<PgQueue['purgeDead']>[0];
+/** `{ actor?, reason?, delete? }`: `delete: true` removes the row instead of keeping it as `cancelled`. */
+export type DiscardOptions = NonNullable<Parameters<PgQueue['discard']>[1]>;
+/** `{ nearExpiryMs? }`: the window of `runningNearExpiry` (default 5000 ms). */
+export type StatsOptions = NonNullable<Parameters<PgQueue['stats']>[0]>;
+
 /**
- * Enqueue jobs and read them back. Inject it anywhere once `PgQueueModule` is imported.
+ * Enqueue jobs, read them back, and operate the queue. Inject it anywhere once `PgQueueModule` is
+ * imported. Every method is one call into the engine: there is one way to do each thing.
  *
  * Payload types are the caller's: share one type between the producer and the handler, and
  * `enqueue<T>` / `Job<T>` check both sides.
@@ -23,6 +42,11 @@ export type QueueEnqueueOptions = EnqueueOptions & EnqueueCallOptions;
  * await queue.enqueue<SendEmail>('emails', { to, template: 'welcome' }, { priority: 5 });
  * // handler: @JobHandler('emails') send(job: Job<SendEmail>, ctx: JobContext) { … }
  * ```
+ *
+ * Operator calls (replay, cancel, discard, purge) take `{ actor, reason }`: both are written to the
+ * job's history (or to `purges`), so an audit can tell who did what and why. Refusals throw
+ * `JobStateError` with a code (`JOB_NOT_FOUND`, `JOB_NOT_DEAD`, `JOB_NOT_CANCELLABLE`,
+ * `JOB_NOT_FINISHED`, `QUEUE_NOT_FOUND`); bad arguments throw `InvalidOptionError`.
  *
  * @publicApi
  */
@@ -34,7 +58,8 @@ export class QueueService {
    * Adds one job and returns its id. Everything is validated before any SQL runs: a bad job
    * throws `InvalidJobError` (unknown queue, payload not JSON or too large, bad option) and nothing
    * is written. With `client`, the job is written in the caller's transaction: it exists, and
-   * workers are woken, only if that transaction commits.
+   * workers are woken, only if that transaction commits. With `orderingKey`, jobs of one key run
+   * one at a time, in enqueue order (a dead job holds its key until it is replayed or discarded).
    */
   enqueue<T>(queue: string, payload: T, options?: QueueEnqueueOptions): Promise<string> {
     return this.engine.enqueue<T>(queue, payload, options);
@@ -52,7 +77,8 @@ export class QueueService {
 
   /**
    * The job's audit trail, oldest first: every exceptional transition (retry scheduled, lease
-   * expired, lost fence, dead, released, …). The happy path (claim, success) writes no rows.
+   * expired, lost fence, dead, replayed, cancelled, discarded, released), with who asked and why
+   * for an operator's. The happy path (claim, success) writes no rows.
    */
   history(id: string): Promise<JobEventRecord[]> {
     return this.engine.getJobEvents(id);
@@ -64,5 +90,93 @@ export class QueueService {
    */
   declareQueues(queues: readonly string[]): Promise<void> {
     return this.engine.declareQueues(queues);
+  }
+
+  /**
+   * Dead jobs, oldest death first, of one queue or all, optionally only those that died with
+   * `errorCode`, a page at a time: pass the page's `nextCursor` as `cursor` for the next one
+   * (`undefined` on the last page).
+   */
+  listDead(filter: DeadJobFilter = {}): Promise<DeadJobPage> {
+    return this.engine.listDead(filter);
+  }
+
+  /**
+   * Replays a dead job in place: the same id (and idempotency key) and history, a fresh attempt
+   * budget; a `replayed` row records who and why. Throws `JobStateError` `JOB_NOT_DEAD` for a job
+   * in any other state, `JOB_NOT_FOUND` when there is none.
+   */
+  replay(id: string, note: OperatorNote = {}): Promise<void> {
+    return this.engine.replay(id, note);
+  }
+
+  /** Replays dead jobs by id (at most 1,000 per call), reporting each one's outcome instead of throwing. */
+  replayMany(ids: readonly string[], note: OperatorNote = {}): Promise<ReplayOutcome[]> {
+    return this.engine.replayMany(ids, note);
+  }
+
+  /**
+   * Replays the oldest dead jobs of a queue, optionally only those that died with `errorCode`, at
+   * most `limit` (default 100) per call. Fix the cause first.
+   */
+  replayDead(filter: ReplayDeadFilter): Promise<ReplayOutcome[]> {
+    return this.engine.replayDead(filter);
+  }
+
+  /**
+   * Cancels a scheduled, pending or running job. A running job's handler is aborted (`ctx.signal`,
+   * code `CANCELLED`) on whichever process runs it, and its late completion is refused. Throws
+   * `JobStateError` `JOB_NOT_CANCELLABLE` for a finished job.
+   */
+  cancel(id: string, note: OperatorNote = {}): Promise<void> {
+    return this.engine.cancel(id, note);
+  }
+
+  /**
+   * Resolves a dead job without running it: it becomes `cancelled` and keeps its history (and
+   * releases its ordering key). With `delete: true` the row and its history are deleted instead,
+   * recorded in `purges` (any finished job can be deleted). Throws `JobStateError` `JOB_NOT_DEAD`
+   * (or `JOB_NOT_FINISHED` with `delete`).
+   */
+  discard(id: string, options: DiscardOptions = {}): Promise<void> {
+    return this.engine.discard(id, options);
+  }
+
+  /**
+   * Deletes the dead jobs that died before `olderThan` (of one queue, or all) in bounded batches,
+   * recording each batch's ids in `purges`; returns how many it deleted. The only way dead jobs
+   * are ever removed: no timer does it.
+   */
+  purgeDead(filter: PurgeDeadFilter): Promise<number> {
+    return this.engine.purgeDead(filter);
+  }
+
+  /** Stops claims of `queue` in every process; running jobs finish. `QUEUE_NOT_FOUND` for an undeclared queue. */
+  pause(queue: string): Promise<void> {
+    return this.engine.pauseQueue(queue);
+  }
+
+  /** Lets every process claim `queue` again, and wakes its workers. */
+  resume(queue: string): Promise<void> {
+    return this.engine.resumeQueue(queue);
+  }
+
+  /**
+   * A snapshot for dashboards and alerts: per queue, jobs per status, the age of the oldest
+   * claimable and of the oldest dead job, running jobs near lease expiry, ordering keys blocked by
+   * a dead job, paused or not, and this process's busy slots; the listener, the pool and the
+   * database's connections and lock waits. Counts come from the database (every process's jobs).
+   */
+  stats(options: StatsOptions = {}): Promise<EngineStats> {
+    return this.engine.stats(options);
+  }
+
+  /**
+   * What happens to jobs in this process, as it happens: claimed, succeeded, failed (retry or
+   * dead), lease lost (with the reason and the refused operation), released, reaped, heartbeat
+   * failed. Never carries payloads. It completes when the module shuts down.
+   */
+  get events$(): Observable<JobEvent> {
+    return this.engine.metrics.events$;
   }
 }

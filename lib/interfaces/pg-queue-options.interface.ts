@@ -1,9 +1,12 @@
 import type pg from 'pg';
-import type { BackoffOptions, HandlerOptions, MigrationMode, PrunerConfig, ReaperConfig, SchedulerConfig } from '../engine/index.js';
+import type { BackoffOptions, HandlerOptions, HealthThresholds, MigrationMode, PrunerConfig, ReaperConfig, SchedulerConfig } from '../engine/index.js';
 
 /**
  * Options of one `@JobHandler(queue, options)`, and of `handlerDefaults`. Every field is optional:
  * a handler's value wins over `handlerDefaults`, which wins over the engine's `HANDLER_DEFAULTS`.
+ * Among them `fairShare` (0 to 1, default 0.1): the share of each claim taken oldest-first whatever
+ * the priority, so a flood of high-priority work cannot starve the rest (0 = strict priority).
+ * A misspelt option name fails the start, naming the method.
  *
  * @publicApi
  */
@@ -76,6 +79,27 @@ export interface PgQueueModuleOptions {
    * minute from `SchedulerRegistry`); `false` keeps them forever. Dead jobs are never pruned.
    */
   pruner?: Partial<PrunerConfig> | false;
+  /**
+   * Thresholds of `PgQueueHealthIndicator` (defaults: down when an unpaused queue's oldest
+   * claimable job has waited more than 5 minutes, or the LISTEN connection has been down more
+   * than 1 minute, or the database has not answered within 5 s). A call's arguments override them.
+   */
+  health?: PgQueueHealthOptions;
+}
+
+/**
+ * Thresholds of `PgQueueHealthIndicator` (module option `health`, or per call). The check is by
+ * age, not by counts: a small queue whose oldest job does not move is broken, a large one that
+ * drains is not.
+ *
+ * @publicApi
+ */
+export interface PgQueueHealthOptions extends HealthThresholds {
+  /**
+   * Down when the database has not answered the check within this long (default 5000 ms): a
+   * health endpoint must answer even when the database does not.
+   */
+  timeoutMs?: number;
 }
 
 /**

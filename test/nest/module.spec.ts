@@ -79,6 +79,22 @@ class BadLeaseJobs {
   async handle(): Promise<void> {}
 }
 
+@Injectable()
+class MisspeltJobs {
+  @JobHandler('misspelt', { backoff: { base: 100 } } as never)
+  async handle(): Promise<void> {}
+}
+
+/** Ordering keys and fair shares pass through the module to the engine. */
+@Injectable()
+class OrderedJobs {
+  static readonly seen: { id: string; key: string | null }[] = [];
+  @JobHandler('ordered', { concurrency: 4, fairShare: 0.5 })
+  async handle(job: Job<{ n: number }>): Promise<void> {
+    OrderedJobs.seen.push({ id: job.id, key: job.orderingKey });
+  }
+}
+
 describe('PgQueueModule', () => {
   let database: TestDatabase;
   const opened: INestApplicationContext[] = [];
@@ -166,6 +182,10 @@ describe('PgQueueModule', () => {
       ['a bad handler default', { connectionString: 'postgres://x/y', handlerDefaults: { concurrency: 0 } }, /Invalid option "handlerDefaults.concurrency"/],
       ['a bad pruner option', { connectionString: 'postgres://x/y', pruner: { retentionMs: -1 } }, /Invalid option "pruner.retentionMs"/],
       ['a bad queue name', { connectionString: 'postgres://x/y', queues: ['ok', 'not ok'] }, /Invalid option "queues\[1\]"/],
+      ['a bad health threshold', { connectionString: 'postgres://x/y', health: { maxClaimableAgeMs: -1 } }, /Invalid option "health\.maxClaimableAgeMs": -1 is not an integer from 0/],
+      ['a misspelt health option', { connectionString: 'postgres://x/y', health: { maxAgeMs: 1 } as never }, /Invalid option "health\.maxAgeMs": it is not an option of the health check/],
+      ['a misspelt handler default', { connectionString: 'postgres://x/y', handlerDefaults: { concurency: 2 } as never }, /Invalid option "handlerDefaults\.concurency": it is not an option of @JobHandler/],
+      ['a bad handler fairShare default', { connectionString: 'postgres://x/y', handlerDefaults: { fairShare: 2 } }, /Invalid option "handlerDefaults\.fairShare": 2 is not a number from 0 to 1/],
     ];
     for (const [name, options, message] of cases) {
       it(name, async () => {
@@ -183,6 +203,11 @@ describe('PgQueueModule', () => {
     it('on a handler, naming the method', async () => {
       const moduleRef = await compile([PgQueueModule.forRoot(fast())], [BadLeaseJobs]);
       await expect(moduleRef.init()).rejects.toThrow(/Invalid option "BadLeaseJobs\.handle\.leaseMs": 10 is not an integer from 200/);
+    });
+
+    it('on a misspelt handler option, naming the method', async () => {
+      const moduleRef = await compile([PgQueueModule.forRoot(fast())], [MisspeltJobs]);
+      await expect(moduleRef.init()).rejects.toThrow(/Invalid option "MisspeltJobs\.handle\.backoff\.base": it is not an option of backoff/);
     });
   });
 
@@ -278,6 +303,17 @@ describe('PgQueueModule', () => {
     } finally {
       await pool.end();
     }
+  });
+
+  it('passes orderingKey (enqueue) and fairShare (@JobHandler) through to the engine', async () => {
+    const { app, queue, engine } = await boot([PgQueueModule.forRoot(fast())], [OrderedJobs]);
+    expect(engine.worker('ordered')!.options.fairShare).toBe(0.5);
+    const ids = await queue.enqueueMany([1, 2, 3].map((n) => ({ queue: 'ordered', payload: { n }, options: { orderingKey: 'account:7' } })));
+    await drainQueues(app);
+    // One key runs one job at a time, in enqueue order, even with four slots.
+    expect(OrderedJobs.seen.map((s) => s.id)).toEqual(ids);
+    expect(OrderedJobs.seen.map((s) => s.key)).toEqual(['account:7', 'account:7', 'account:7']);
+    await expect(queue.enqueue('ordered', {}, { orderingKey: '' })).rejects.toThrow(/option "orderingKey" is .*; it must be a string of 1-256 characters/);
   });
 
   it('is global: a feature module injects QueueService without importing it', async () => {
