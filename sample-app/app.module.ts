@@ -1,9 +1,12 @@
-import { Module, type DynamicModule } from '@nestjs/common';
+import { Module, type DynamicModule, type Provider } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
+import { TerminusModule } from '@nestjs/terminus';
 import { PgQueueModule, type PgQueueModuleOptions } from '../lib/index.js';
 import { FakePaymentGateway } from './fake-payment-gateway.js';
 import { HealthController } from './http/health.controller.js';
 import { JobsController } from './http/jobs.controller.js';
+import { MetricsController } from './http/metrics.controller.js';
+import { OperatorController } from './http/operator.controller.js';
 import { PgQueueErrorFilter } from './http/pg-queue-error.filter.js';
 import { ImportJobs } from './jobs/imports.jobs.js';
 import { PaymentJobs } from './jobs/payments.jobs.js';
@@ -12,15 +15,16 @@ import { WebhookJobs } from './jobs/webhooks.jobs.js';
 
 /**
  * The sample application. `register()` takes the queue's options so that tests can boot the
- * same module against their own database with shorter intervals.
+ * same module against their own database with shorter intervals. `extraProviders` lets a test add
+ * handlers of its own beside the sample's.
  */
 @Module({})
 export class AppModule {
-  static register(queueOptions: PgQueueModuleOptions): DynamicModule {
+  static register(queueOptions: PgQueueModuleOptions, extraProviders: Provider[] = []): DynamicModule {
     return {
       module: AppModule,
-      imports: [PgQueueModule.forRoot(queueOptions)],
-      controllers: [JobsController, HealthController],
+      imports: [PgQueueModule.forRoot(queueOptions), TerminusModule],
+      controllers: [JobsController, OperatorController, HealthController, MetricsController],
       providers: [
         FakePaymentGateway,
         PaymentJobs,
@@ -28,6 +32,7 @@ export class AppModule {
         WebhookJobs,
         ImportJobs,
         { provide: APP_FILTER, useClass: PgQueueErrorFilter },
+        ...extraProviders,
       ],
     };
   }

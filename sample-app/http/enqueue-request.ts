@@ -7,7 +7,7 @@ export interface EnqueueRequest {
   options: QueueEnqueueOptions;
 }
 
-const OPTION_KEYS = ['priority', 'delayMs', 'runAt', 'maxAttempts', 'maxRuntimeMs'] as const;
+const OPTION_KEYS = ['priority', 'delayMs', 'runAt', 'maxAttempts', 'maxRuntimeMs', 'orderingKey'] as const;
 
 /**
  * The shape of `POST /jobs` ({ queue, payload, options? }). Only the shape is checked here: the

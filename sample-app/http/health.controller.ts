@@ -1,18 +1,23 @@
-import { Controller, Get, Inject, ServiceUnavailableException } from '@nestjs/common';
-import { PG_QUEUE_ENGINE, type PgQueue } from '../../lib/index.js';
+import { Controller, Get } from '@nestjs/common';
+import { HealthCheck, HealthCheckService, type HealthCheckResult } from '@nestjs/terminus';
+import { PgQueueHealthIndicator } from '../../lib/index.js';
 
+/**
+ * Health through @nestjs/terminus: 200 `{ status: 'ok', info: { pgQueue: { status: 'up', … } } }`,
+ * or 503 `{ status: 'error', error: { pgQueue: { status: 'down', problems: [...] } } }` when a
+ * queue's oldest claimable job has waited too long, the LISTEN connection has been down too long,
+ * or the database does not answer. Add your other indicators to the same list.
+ */
 @Controller('health')
 export class HealthController {
-  constructor(@Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue) {}
+  constructor(
+    private readonly health: HealthCheckService,
+    private readonly pgQueue: PgQueueHealthIndicator,
+  ) {}
 
-  /** `{ status: 'ok' }` once the queue's database answers; 503 otherwise. */
   @Get()
-  async check(): Promise<{ status: 'ok' }> {
-    try {
-      await this.engine.pool.query('SELECT 1');
-    } catch (error) {
-      throw new ServiceUnavailableException({ status: 'error', message: `database: ${(error as Error).message}` });
-    }
-    return { status: 'ok' };
+  @HealthCheck()
+  check(): Promise<HealthCheckResult> {
+    return this.health.check([() => this.pgQueue.isHealthy()]);
   }
 }

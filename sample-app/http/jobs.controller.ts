@@ -1,8 +1,9 @@
-import { Body, Controller, Get, NotFoundException, Param, Post } from '@nestjs/common';
+import { Body, Controller, Get, Param, Post } from '@nestjs/common';
 import { QueueService } from '../../lib/index.js';
 import { FakePaymentGateway } from '../fake-payment-gateway.js';
 import { ReportJobs } from '../jobs/reports.jobs.js';
 import { parseEnqueueRequest } from './enqueue-request.js';
+import { jobNotFound } from './pg-queue-error.filter.js';
 
 @Controller()
 export class JobsController {
@@ -23,7 +24,7 @@ export class JobsController {
   @Get('jobs/:id')
   async get(@Param('id') id: string) {
     const job = await this.queue.get(id);
-    if (!job) throw new NotFoundException(`No job with id ${JSON.stringify(id.slice(0, 40))}.`);
+    if (!job) throw jobNotFound(id);
     const history = await this.queue.history(id);
     return {
       id: job.id,

@@ -1,22 +1,59 @@
-import { Catch, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
-import { InvalidJobError, InvalidOptionError } from '../../lib/index.js';
+import { Catch, HttpStatus, NotFoundException, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
+import { InvalidJobError, InvalidOptionError, JobStateError } from '../../lib/index.js';
 
-/**
- * The queue validates every job before writing it; its errors are the client's fault, so they
- * become 400 with the error's own message (it says what is wrong and how to fix it) and code.
- */
 /** What the filter needs of Express's response (the sample does not depend on @types/express). */
 interface JsonResponse {
   status(code: number): { json(body: unknown): void };
 }
 
-@Catch(InvalidJobError, InvalidOptionError)
+type QueueError = InvalidJobError | InvalidOptionError | JobStateError;
+
+/**
+ * An operator's request that does not fit the job's state. Typed by the error's own code union, so
+ * a new code in the queue fails the build here until it is given a status.
+ */
+const STATE_ERROR_STATUS: Record<JobStateError['code'], HttpStatus> = {
+  JOB_NOT_FOUND: HttpStatus.NOT_FOUND,
+  QUEUE_NOT_FOUND: HttpStatus.NOT_FOUND,
+  JOB_NOT_DEAD: HttpStatus.CONFLICT,
+  JOB_NOT_CANCELLABLE: HttpStatus.CONFLICT,
+  JOB_NOT_FINISHED: HttpStatus.CONFLICT,
+};
+
+const REASON: Partial<Record<HttpStatus, string>> = {
+  [HttpStatus.BAD_REQUEST]: 'Bad Request',
+  [HttpStatus.NOT_FOUND]: 'Not Found',
+  [HttpStatus.CONFLICT]: 'Conflict',
+};
+
+/**
+ * The queue's errors as HTTP answers, in one place, so controllers just call `QueueService`:
+ *
+ * - `InvalidJobError`, `InvalidOptionError` (a bad job, id, cursor or limit) → 400;
+ * - `JobStateError` `JOB_NOT_FOUND`, `QUEUE_NOT_FOUND` → 404;
+ * - any other `JobStateError` (`JOB_NOT_DEAD`, `JOB_NOT_CANCELLABLE`, `JOB_NOT_FINISHED`) → 409.
+ *
+ * The body carries the error's code and its message, which says what is wrong and what to do:
+ * `{ statusCode, error, code, message }`.
+ */
+@Catch(InvalidJobError, InvalidOptionError, JobStateError)
 export class PgQueueErrorFilter implements ExceptionFilter {
-  catch(error: InvalidJobError | InvalidOptionError, host: ArgumentsHost): void {
+  catch(error: QueueError, host: ArgumentsHost): void {
+    const status = error instanceof JobStateError ? STATE_ERROR_STATUS[error.code] : HttpStatus.BAD_REQUEST;
     host
       .switchToHttp()
       .getResponse<JsonResponse>()
-      .status(HttpStatus.BAD_REQUEST)
-      .json({ statusCode: HttpStatus.BAD_REQUEST, error: 'Bad Request', code: error.code, message: error.message });
+      .status(status)
+      .json({ statusCode: status, error: REASON[status], code: error.code, message: error.message });
   }
+}
+
+/** A 404 in the same shape, for a job the queue has no record of. */
+export function jobNotFound(id: string): NotFoundException {
+  return new NotFoundException({
+    statusCode: HttpStatus.NOT_FOUND,
+    error: REASON[HttpStatus.NOT_FOUND],
+    code: 'JOB_NOT_FOUND',
+    message: `No job with id ${JSON.stringify(id.slice(0, 40))}.`,
+  });
 }

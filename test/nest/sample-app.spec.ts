@@ -132,9 +132,13 @@ describe('sample app', () => {
     expect((await fetch(`${base}/jobs/not-a-number`)).status).toBe(404);
   });
 
-  it('reports health after checking the database', async () => {
+  it('reports health through @nestjs/terminus', async () => {
     const response = await fetch(`${base}/health`);
     expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ status: 'ok' });
+    expect(await response.json()).toMatchObject({
+      status: 'ok',
+      info: { pgQueue: { status: 'up', problems: [], listener: { listening: true, downForMs: 0 } } },
+      error: {},
+    });
   });
 });
