@@ -1,0 +1,234 @@
+import 'reflect-metadata';
+import { Injectable } from '@nestjs/common';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { JobHandler, PROMETHEUS_CONTENT_TYPE, type Job, type JobContext } from '../../lib/index.js';
+import { QUEUES, type DeliverWebhook, type GenerateReport, type ImportCatalog } from '../../sample-app/jobs/job-payloads.js';
+import { waitFor } from '../support/engine.js';
+import { familyType, value } from '../support/prometheus.js';
+import { aborted, bootSampleApp, Gates, insertGhostClaim, type SampleApp } from '../support/sample-app.js';
+
+interface Probe {
+  mode: 'ok' | 'block';
+}
+
+const gates = new Gates();
+
+/** Test handlers beside the sample's: jobs that wait for the test, honouring or ignoring their signal. */
+@Injectable()
+class ProbeJobs {
+  /** Waits for its gate, but stops at once when its signal aborts (a cancel, a lost lease). */
+  @JobHandler('probe', { concurrency: 2, prefetch: 0, leaseMs: 30_000, backoff: { baseMs: 0, maxMs: 0 } })
+  async probe(job: Job<Probe>, ctx: JobContext): Promise<void> {
+    if (job.payload.mode === 'block') await Promise.race([gates.wait(job.id), aborted(ctx.signal)]);
+  }
+
+  /** Ignores its signal: the worker gives up on it when the (short) lease is about to expire. */
+  @JobHandler('deaf', { concurrency: 1, prefetch: 0, leaseMs: 400 })
+  async deaf(job: Job): Promise<void> {
+    await gates.wait(job.id);
+  }
+}
+
+/**
+ * The issue's must-show: every figure of the reference, driven by real events (lease expiries,
+ * a lost fence, retries, dead jobs), read back from the sample app's `GET /metrics` over HTTP.
+ */
+describe('GET /metrics', () => {
+  let s: SampleApp;
+  const scrape = async () => {
+    const response = await s.get('/metrics');
+    expect(response.status).toBe(200);
+    return response.text();
+  };
+  type Expectation = [name: string, labels: Record<string, string | number>, expected: number];
+  /**
+   * Scrapes until every `name{labels}` has its expected value, and returns that scrape. One scrape
+   * reads the database's gauges before this process's counters, so a counter can already show an
+   * event whose row the gauges missed: wait for both sides when a test reads both.
+   */
+  const scrapeUntil = (...expectations: Expectation[]) =>
+    waitFor(async () => {
+      const text = await scrape();
+      return expectations.every(([name, labels, expected]) => value(text, name, labels) === expected) ? text : undefined;
+    }, 15_000);
+
+  beforeAll(async () => {
+    s = await bootSampleApp(
+      'metrics',
+      {
+        pollIntervalMs: 100,
+        // The reaper runs when the test says (engine.reapOnce()), so the order of events is the test's.
+        reaperIntervalMs: 600_000,
+        scheduler: { intervalMs: 50 },
+        queues: ['backlog'],
+      },
+      [ProbeJobs],
+    );
+  });
+
+  afterAll(async () => {
+    gates.openAll();
+    await s?.close();
+  });
+
+  it('is Prometheus text with the right content type', async () => {
+    const response = await s.get('/metrics');
+    expect(response.headers.get('content-type')).toBe(PROMETHEUS_CONTENT_TYPE);
+    const text = await response.text();
+    for (const line of text.trim().split('\n')) expect(line).toMatch(/^(# (HELP|TYPE) [a-z_]+ .+|[a-z_]+(\{.*\})? [-+0-9.eInfNa]+)$/);
+    for (const [family, type] of [
+      ['pgqueue_lease_expired_total', 'counter'],
+      ['pgqueue_lease_lost_total', 'counter'],
+      ['pgqueue_jobs_retried_total', 'counter'],
+      ['pgqueue_jobs_dead_total', 'counter'],
+      ['pgqueue_heartbeat_failures_total', 'counter'],
+      ['pgqueue_claim_wait_ms', 'histogram'],
+      ['pgqueue_completion_latency_ms', 'histogram'],
+      ['pgqueue_claim_query_ms', 'histogram'],
+      ['pgqueue_oldest_claimable_age_seconds', 'gauge'],
+      ['pgqueue_oldest_dead_age_seconds', 'gauge'],
+      ['pgqueue_running_near_lease_expiry', 'gauge'],
+      ['pgqueue_jobs', 'gauge'],
+      ['pgqueue_worker_saturation', 'gauge'],
+      ['pgqueue_database_lock_waits', 'gauge'],
+      ['pgqueue_pool_connections', 'gauge'],
+    ]) {
+      expect(familyType(text, family!), family).toBe(type);
+    }
+  });
+
+  it('counts retries by error code and attempt, successes, and their latencies', async () => {
+    const id = await s.queue.enqueue<DeliverWebhook>(QUEUES.webhooks, { url: 'https://example.test/hook', event: 'paid', failuresBeforeSuccess: 2 });
+    const text = await scrapeUntil(
+      ['pgqueue_jobs_succeeded_total', { queue: QUEUES.webhooks }, 1],
+      ['pgqueue_jobs', { queue: QUEUES.webhooks, status: 'succeeded' }, 1],
+    );
+    expect(await s.queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 3 });
+    expect(value(text, 'pgqueue_jobs_retried_total', { queue: QUEUES.webhooks, code: 'RECEIVER_UNAVAILABLE', attempt: 1 })).toBe(1);
+    expect(value(text, 'pgqueue_jobs_retried_total', { queue: QUEUES.webhooks, code: 'RECEIVER_UNAVAILABLE', attempt: 2 })).toBe(1);
+    expect(value(text, 'pgqueue_jobs_claimed_total', { queue: QUEUES.webhooks })).toBe(3);
+    expect(value(text, 'pgqueue_jobs', { queue: QUEUES.webhooks, status: 'succeeded' })).toBe(1);
+    // Claim latency per claim, completion latency per success, the claim statement's duration.
+    expect(value(text, 'pgqueue_claim_wait_ms_count', { queue: QUEUES.webhooks })).toBe(3);
+    expect(value(text, 'pgqueue_claim_wait_ms_bucket', { queue: QUEUES.webhooks, le: '+Inf' })).toBe(3);
+    expect(value(text, 'pgqueue_completion_latency_ms_count', { queue: QUEUES.webhooks })).toBe(1);
+    expect(value(text, 'pgqueue_handler_duration_ms_count', { queue: QUEUES.webhooks })).toBe(3);
+    expect(value(text, 'pgqueue_claim_query_ms_count', { queue: QUEUES.webhooks })).toBeGreaterThanOrEqual(3);
+  });
+
+  it('counts dead jobs by code, and ages the oldest one', async () => {
+    const id = await s.queue.enqueue<ImportCatalog>(QUEUES.imports, { version: 1, source: 's3://bucket/catalog.csv' });
+    const text = await scrapeUntil(
+      ['pgqueue_jobs_dead_total', { queue: QUEUES.imports, code: 'UNSUPPORTED_VERSION', attempt: 1 }, 1],
+      ['pgqueue_jobs', { queue: QUEUES.imports, status: 'dead' }, 1],
+    );
+    expect(await s.queue.get(id)).toMatchObject({ status: 'dead' });
+    expect(value(text, 'pgqueue_jobs', { queue: QUEUES.imports, status: 'dead' })).toBe(1);
+    const age = await waitFor(async () => {
+      const seconds = value(await scrape(), 'pgqueue_oldest_dead_age_seconds', { queue: QUEUES.imports })!;
+      return seconds > 0 ? seconds : undefined;
+    });
+    expect(age).toBeLessThan(60);
+  });
+
+  it('counts heartbeats of a job that outlives its lease on progress', async () => {
+    // 4 pages of 400 ms: 1.6 s on a 2 s lease; a heartbeat writes once a third of the lease has passed.
+    await s.queue.enqueue<GenerateReport>(QUEUES.reports, { reportId: 'm1', pages: 4, msPerPage: 400 });
+    const text = await scrapeUntil(['pgqueue_jobs_succeeded_total', { queue: QUEUES.reports }, 1]);
+    expect(value(text, 'pgqueue_heartbeats_total', { queue: QUEUES.reports })).toBeGreaterThanOrEqual(1);
+    expect(value(text, 'pgqueue_heartbeat_failures_total', { queue: QUEUES.reports })).toBeUndefined();
+  });
+
+  it('counts the attempt of a handler that ignored its signal until the lease was about to expire', async () => {
+    const id = await s.queue.enqueue('deaf', {}, { maxAttempts: 1 });
+    // Aborted a margin before the 400 ms lease ends, abandoned half a margin later, recorded (fenced,
+    // while the lease was still ours) as a LEASE_EXPIRED failure: its only attempt, so dead.
+    const text = await scrapeUntil(['pgqueue_jobs_dead_total', { queue: 'deaf', code: 'LEASE_EXPIRED', attempt: 1 }, 1]);
+    expect(await s.queue.get(id)).toMatchObject({ status: 'dead', lastErrorCode: 'LEASE_EXPIRED' });
+    expect(value(text, 'pgqueue_lease_lost_total', { queue: 'deaf', reason: 'lease_lost', operation: 'fail' })).toBeUndefined();
+    gates.open(id); // its late return changes nothing
+  });
+
+  it('shows saturation, near-expiry, a refused completion after the lease expired, and the reaper’s recoveries', async () => {
+    const id = await s.queue.enqueue<Probe>('probe', { mode: 'block' });
+    await waitFor(() => gates.started.has(id));
+    let text = await scrape();
+    expect(value(text, 'pgqueue_worker_slots', { queue: 'probe' })).toBe(2);
+    expect(value(text, 'pgqueue_worker_busy_slots', { queue: 'probe' })).toBe(1);
+    expect(value(text, 'pgqueue_worker_saturation', { queue: 'probe' })).toBe(0.5);
+    expect(value(text, 'pgqueue_jobs', { queue: 'probe', status: 'running' })).toBe(1);
+    expect(value(text, 'pgqueue_running_near_lease_expiry', { queue: 'probe' })).toBe(0);
+
+    // The database's view of the lease is what counts: bring its end within the 5 s window...
+    await s.sql.query(`UPDATE pgqueue.jobs SET lease_expires_at = now() + interval '2 seconds' WHERE id = $1`, [id]);
+    expect(value(await scrape(), 'pgqueue_running_near_lease_expiry', { queue: 'probe' })).toBe(1);
+
+    // ...then past it (a pause of the process would do the same): the handler's completion is refused.
+    await s.sql.query(`UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, [id]);
+    gates.open(id);
+    text = await scrapeUntil(['pgqueue_lease_lost_total', { queue: 'probe', reason: 'lease_lost', operation: 'complete' }, 1]);
+    expect(value(text, 'pgqueue_jobs_succeeded_total', { queue: 'probe' })).toBeUndefined();
+    expect(await s.queue.get(id)).toMatchObject({ status: 'running' }); // nothing written: the reaper's turn
+    expect(value(text, 'pgqueue_lease_expired_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBeUndefined();
+
+    // Two ghosts of a vanished worker: one with attempts left, one on its last attempt.
+    const ghost = await insertGhostClaim(s.sql, 'probe', { mode: 'ok' }, { count: 1, max: 5 });
+    const lastAttempt = await insertGhostClaim(s.sql, 'probe', { mode: 'ok' }, { count: 2, max: 2 });
+    const reaped = await s.engine.reapOnce();
+    expect(reaped).toMatchObject({ reaped: 3, dead: 1 });
+
+    text = await scrapeUntil(
+      ['pgqueue_jobs_succeeded_total', { queue: 'probe' }, 2],
+      ['pgqueue_jobs', { queue: 'probe', status: 'succeeded' }, 2],
+    );
+    expect(value(text, 'pgqueue_lease_expired_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBe(3);
+    expect(value(text, 'pgqueue_jobs_dead_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBe(1);
+    expect(value(text, 'pgqueue_jobs', { queue: 'probe', status: 'succeeded' })).toBe(2);
+    expect(value(text, 'pgqueue_jobs', { queue: 'probe', status: 'dead' })).toBe(1);
+    expect(await s.queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 2 });
+    expect(await s.queue.get(ghost)).toMatchObject({ status: 'succeeded', attemptCount: 2 });
+    expect(await s.queue.get(lastAttempt)).toMatchObject({ status: 'dead', lastErrorCode: 'LEASE_EXPIRED' });
+    expect((await s.queue.history(id)).map((e) => [e.kind, e.errorCode])).toEqual([
+      ['lost_fence', 'LEASE_LOST'],
+      ['lease_expired', 'LEASE_EXPIRED'],
+    ]);
+  });
+
+  it('counts the refused write of a cancelled running job as a lost fence with reason "cancelled"', async () => {
+    const id = await s.queue.enqueue<Probe>('probe', { mode: 'block' });
+    await waitFor(() => gates.started.has(id));
+    const response = await s.post(`/jobs/${id}/cancel`, { reason: 'metrics test' });
+    expect(response.status).toBe(200);
+    // The handler's signal aborted (it honours it) and it threw at once; its failure write was refused.
+    await scrapeUntil(['pgqueue_lease_lost_total', { queue: 'probe', reason: 'cancelled', operation: 'fail' }, 1]);
+    expect(await s.queue.get(id)).toMatchObject({ status: 'cancelled' });
+  });
+
+  it('ages the oldest claimable job, and shows a paused queue', async () => {
+    const id = await s.queue.enqueue('backlog', {}); // no handler anywhere: it waits
+    await s.sql.query(`UPDATE pgqueue.jobs SET available_at = now() - interval '90 seconds' WHERE id = $1`, [id]);
+    let text = await scrape();
+    expect(value(text, 'pgqueue_jobs', { queue: 'backlog', status: 'pending' })).toBe(1);
+    const age = value(text, 'pgqueue_oldest_claimable_age_seconds', { queue: 'backlog' })!;
+    expect(age).toBeGreaterThanOrEqual(90);
+    expect(age).toBeLessThan(100);
+    expect(value(text, 'pgqueue_queue_paused', { queue: 'backlog' })).toBe(0);
+    expect(value(text, 'pgqueue_worker_slots', { queue: 'backlog' })).toBeUndefined(); // not handled here
+
+    await s.queue.pause('backlog');
+    text = await scrape();
+    expect(value(text, 'pgqueue_queue_paused', { queue: 'backlog' })).toBe(1);
+    await s.queue.resume('backlog');
+    expect(value(await scrape(), 'pgqueue_queue_paused', { queue: 'backlog' })).toBe(0);
+  });
+
+  it('shows connection use and the listener', async () => {
+    const text = await scrape();
+    expect(value(text, 'pgqueue_listener_up')).toBe(1);
+    expect(value(text, 'pgqueue_listener_down_seconds')).toBe(0);
+    expect(value(text, 'pgqueue_pool_connections', { state: 'total' })).toBeGreaterThanOrEqual(1);
+    expect(value(text, 'pgqueue_pool_connections', { state: 'waiting' })).toBe(0);
+    expect(value(text, 'pgqueue_database_connections')).toBeGreaterThanOrEqual(2); // the pool's and the listener's
+    expect(value(text, 'pgqueue_database_lock_waits')).toBe(0);
+  });
+});

@@ -1,0 +1,103 @@
+import 'reflect-metadata';
+import type { INestApplication, Provider } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import pg from 'pg';
+import { PG_QUEUE_ENGINE, QueueService, type PgQueue, type PgQueueModuleOptions } from '../../lib/index.js';
+import { AppModule } from '../../sample-app/app.module.js';
+import { createTestDatabase, type TestDatabase } from './database.js';
+import { CapturingLogger } from './nest.js';
+
+/**
+ * The sample app on a database of its own and a real HTTP server on a free port, as a user's e2e
+ * test would boot theirs; `extraProviders` adds a test's own handlers beside the sample's.
+ */
+export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOptions, 'connectionString'>, extraProviders: Provider[] = []) {
+  const database: TestDatabase = await createTestDatabase(label);
+  const logger = new CapturingLogger();
+  const moduleRef = await Test.createTestingModule({
+    imports: [AppModule.register({ connectionString: database.url, ...options }, extraProviders)],
+  })
+    .setLogger(logger)
+    .compile();
+  const app: INestApplication = moduleRef.createNestApplication();
+  await app.listen(0, '127.0.0.1');
+  const base = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+  // For fixtures the API cannot make (a ghost claim, a backdated job); closed with the app.
+  const sql = new pg.Pool({ connectionString: database.url, max: 2 });
+  sql.on('error', () => {});
+  return {
+    app,
+    base,
+    logger,
+    sql,
+    queue: app.get(QueueService),
+    engine: app.get<PgQueue>(PG_QUEUE_ENGINE),
+    get: (path: string) => fetch(`${base}${path}`),
+    post: (path: string, body?: unknown, headers: Record<string, string> = {}) =>
+      fetch(`${base}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      }),
+    async close() {
+      await app.close();
+      await sql.end();
+      await database.drop();
+    },
+  };
+}
+
+export type SampleApp = Awaited<ReturnType<typeof bootSampleApp>>;
+
+/**
+ * Gates a test opens by job id: a handler that awaits `gates.wait(job.id)` runs until the test calls
+ * `gates.open(job.id)` (either may come first). `started` holds the ids whose handler began.
+ */
+export class Gates {
+  readonly started = new Set<string>();
+  private readonly gates = new Map<string, { promise: Promise<void>; open: () => void }>();
+
+  wait(id: string): Promise<void> {
+    this.started.add(id);
+    return this.get(id).promise;
+  }
+
+  open(id: string): void {
+    this.get(id).open();
+  }
+
+  openAll(): void {
+    for (const gate of this.gates.values()) gate.open();
+  }
+
+  private get(id: string) {
+    let gate = this.gates.get(id);
+    if (!gate) {
+      let open!: () => void;
+      const promise = new Promise<void>((resolve) => (open = resolve));
+      gate = { promise, open };
+      this.gates.set(id, gate);
+    }
+    return gate;
+  }
+}
+
+/** Rejects with the signal's reason once it aborts: race a wait against it to honour the signal. */
+export function aborted(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    if (signal.aborted) reject(signal.reason);
+    else signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+  });
+}
+
+/** A claim whose worker vanished: a running row with an expired lease, owned by nobody alive. */
+export async function insertGhostClaim(sql: pg.Pool, queue: string, payload: unknown, attempt: { count: number; max: number }): Promise<string> {
+  const { rows } = await sql.query<{ id: string }>(
+    `INSERT INTO pgqueue.jobs (queue_name, payload, status, attempt_count, max_attempts, lease_owner, lease_token,
+                               lease_expires_at, deadline_at, claimed_at, backoff_base_ms, backoff_max_ms)
+     VALUES ($1, $2, 'running', $3, $4, 'gone:1', 1, now() - interval '1 second', now() + interval '1 hour', now() - interval '2 seconds', 0, 0)
+     RETURNING id`,
+    [queue, JSON.stringify(payload), attempt.count, attempt.max],
+  );
+  return rows[0]!.id;
+}
