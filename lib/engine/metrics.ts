@@ -2,7 +2,7 @@ import { metrics as otel, type Attributes, type Counter, type Histogram } from '
 import { Subject, type Observable } from 'rxjs';
 import type { FenceLossReason } from './errors.js';
 
-/** What happened to a job in this process, as a stream (`PgQueue.events$`). Never carries payloads. */
+/** What happened to a job in this process, as a stream (`PgQueue.metrics.events$`). Never carries payloads. */
 export type JobEvent =
   | { readonly type: 'claimed'; readonly queue: string; readonly jobId: string; readonly attempt: number; readonly leaseToken: string }
   | { readonly type: 'succeeded'; readonly queue: string; readonly jobId: string; readonly durationMs: number }

@@ -496,7 +496,7 @@ export class PgQueue {
     }
     const [row] = await runReleasingKeys<{ removed: number; status: string | null } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.deleteJob, [
       checkedId(id),
-      note.actor ?? null,
+      checkedActor(note.actor),
       boundedNote(note.reason),
     ]);
     if (row?.removed === 1) return;
@@ -525,7 +525,7 @@ export class PgQueue {
     }
     const rows = await run<{ id: string; replayed: boolean; status: JobStatus | null }>(this.pool, this.queries.replay, [
       ids.map(checkedId),
-      note.actor ?? null,
+      checkedActor(note.actor),
       boundedNote(note.reason),
       this.channel,
     ]);
@@ -586,7 +586,7 @@ export class PgQueue {
         filter.olderThan,
         filter.queue ?? null,
         batchSize,
-        filter.actor ?? null,
+        checkedActor(filter.actor),
         boundedNote(filter.reason),
       ]);
       removed += row?.removed ?? 0;
@@ -640,7 +640,7 @@ export class PgQueue {
       checkedId(id),
       allowed,
       kind,
-      note.actor ?? null,
+      checkedActor(note.actor),
       boundedNote(note.reason),
       this.channel,
     ]);
@@ -673,6 +673,15 @@ function checkedId(id: string): string {
     throw new InvalidOptionError('id', `${JSON.stringify(String(id).slice(0, 40))} is not a job id`, 'Job ids are the decimal strings enqueue returned.');
   }
   return id;
+}
+
+/** Who asked: stored as given (never shortened, an identity cut short would mislead), so it must fit. */
+function checkedActor(actor: string | undefined): string | null {
+  if (actor === undefined) return null;
+  if (typeof actor !== 'string' || actor.length === 0 || actor.length > 200) {
+    throw new InvalidOptionError('actor', `${JSON.stringify(String(actor).slice(0, 40))}… is not 1-200 characters`, 'Pass a short identity (a user name or id, a service name).');
+  }
+  return actor;
 }
 
 /** Operator notes are stored with the history: bounded, like error messages. */

@@ -1,5 +1,8 @@
 import { HISTOGRAM_BUCKETS_MS, type EngineMetrics, type Labels } from './metrics.js';
 import type { EngineStats } from './pg-queue.js';
+import type { JobStatus } from './types.js';
+
+const JOB_STATUSES: readonly JobStatus[] = ['scheduled', 'pending', 'running', 'succeeded', 'dead', 'cancelled'];
 
 /**
  * The Prometheus text exposition of a process's counters and histograms plus a database
@@ -33,7 +36,8 @@ export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats): st
   }
 
   family('pgqueue_jobs', 'gauge', 'Jobs per queue and status, from the database.');
-  for (const q of stats.queues) for (const [status, n] of Object.entries(q.counts)) sample('pgqueue_jobs', { queue: q.queue, status }, n);
+  // Every status of every declared queue, zeros included: a series that vanishes is not a zero.
+  for (const q of stats.queues) for (const status of JOB_STATUSES) sample('pgqueue_jobs', { queue: q.queue, status }, q.counts[status] ?? 0);
   family('pgqueue_oldest_claimable_age_seconds', 'gauge', 'Age of the oldest job that is due and unclaimed: alert on this.');
   for (const q of stats.queues) sample('pgqueue_oldest_claimable_age_seconds', { queue: q.queue }, (q.oldestClaimableAgeMs ?? 0) / 1_000);
   family('pgqueue_oldest_dead_age_seconds', 'gauge', 'Age of the oldest unresolved dead job.');

@@ -59,7 +59,7 @@ export class Reaper {
     let dead = 0;
     let batches = 0;
     while (batches < this.config.maxBatchesPerPass) {
-      const rows = await run<{ id: string; queue_name: string; status: string; last_error_code: string }>(
+      const rows = await run<{ id: string; queue_name: string; status: string; last_error_code: string; attempt_count: number }>(
         this.db,
         this.queries.reapExpired,
         [this.config.batchSize],
@@ -67,7 +67,7 @@ export class Reaper {
       batches += 1;
       for (const row of rows) {
         this.metrics.increment('lease_expired', { queue: row.queue_name, code: row.last_error_code });
-        if (row.status === 'dead') this.metrics.increment('jobs_dead', { queue: row.queue_name, code: row.last_error_code });
+        if (row.status === 'dead') this.metrics.increment('jobs_dead', { queue: row.queue_name, code: row.last_error_code, attempt: row.attempt_count });
         this.metrics.emit({ type: 'reaped', queue: row.queue_name, jobId: row.id, status: row.status, code: row.last_error_code });
         if (row.status === 'dead') dead += 1;
       }

@@ -413,7 +413,7 @@ export function createQueries(schemaName: string): Queries {
                 attempt_count, lease_token, lease_owner, last_error_code
          FROM reaped
        )
-       SELECT id::text AS id, queue_name, status::text AS status, last_error_code FROM reaped`,
+       SELECT id::text AS id, queue_name, status::text AS status, last_error_code, attempt_count FROM reaped`,
     ),
 
     /**
