@@ -182,7 +182,7 @@ describe('GET /metrics', () => {
       ['pgqueue_jobs', { queue: 'probe', status: 'succeeded' }, 2],
     );
     expect(value(text, 'pgqueue_lease_expired_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBe(3);
-    expect(value(text, 'pgqueue_jobs_dead_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBe(1);
+    expect(value(text, 'pgqueue_jobs_dead_total', { queue: 'probe', code: 'LEASE_EXPIRED', attempt: 2 })).toBe(1);
     expect(value(text, 'pgqueue_jobs', { queue: 'probe', status: 'succeeded' })).toBe(2);
     expect(value(text, 'pgqueue_jobs', { queue: 'probe', status: 'dead' })).toBe(1);
     expect(await s.queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 2 });
