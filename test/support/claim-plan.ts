@@ -4,7 +4,7 @@ import type { Queries, QueryText } from '../../lib/engine/sql.js';
 
 /**
  * Plans and timings of the engine's real statements (the text from createQueries), for the
- * backlog tests (test/serial/backlog.spec.ts, test/serial/crash/backlog-recovery.spec.ts). Every
+ * backlog test (test/serial/crash/backlog-recovery.spec.ts). Every
  * statement runs inside a transaction that is rolled back, so nothing changes.
  */
 

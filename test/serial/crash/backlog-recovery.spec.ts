@@ -6,11 +6,11 @@ import { explainClaim, explainStatement, timeClaims, type ClaimPlan } from '../.
 import { engineFixture } from '../../support/engine.js';
 
 /**
- * The reference's crash test 10: a backlog large enough to matter. test/serial/backlog.spec.ts
- * checks the claim's plan with a million delayed jobs of higher priority beside a thousand due
- * ones; this one, in a database of its own, adds a million *ready* jobs beside the million delayed
- * ones, compares the claim's buffers and timing with a 10,000-job backlog, and recovers 10,000
- * expired leases through the reaper's bounded passes.
+ * The reference's crash test 10: a backlog large enough to matter. In a database of its own, a
+ * million ready jobs beside a million delayed ones of a higher priority (the case the obvious index
+ * cannot range-scan past): the claim's plan and buffers against a 10,000-job backlog, an empty
+ * claim beside the delayed million, and the recovery of 10,000 expired leases through the reaper's
+ * bounded passes. (docs/claim-plans.md shows the full plans.)
  */
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 const queries = createQueries('pgqueue');
@@ -75,6 +75,14 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
     expect(plan.indexRows).toBe(LIMIT);
     expect(plan.rowsRemovedByFilter).toBe(0);
   }
+  // A queue with nothing due beside the delayed million (all of the higher priority): an empty
+  // claim reads a handful of index buffers, not the delayed rows.
+  await fx.insertJobs('idle', 1, { status: 'scheduled', priority: 10, availableInSeconds: 3_600 });
+  const emptyPlan = await explainClaim(client, queries, 'idle', LIMIT);
+  expect(emptyPlan.indexRows).toBe(0);
+  expect(emptyPlan.claimableBuffers).toBeLessThanOrEqual(10);
+  expect(emptyPlan.ms).toBeLessThan(5);
+
   // Flat: a million ready and a million delayed rows cost the claim what 10,000 did, in buffers
   // (the steady measure; at most a deeper index level) and in median time (noisy: a generous bound).
   expect(bigPlan.claimableBuffers).toBeLessThanOrEqual(smallPlan.claimableBuffers + 5);
@@ -116,7 +124,13 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
       rows: { ready: 1_010_000, delayed: 1_000_000 },
       insertMs: Math.round(insertMs),
       analyzeMs: Math.round(analyzeMs),
-      claim: { limit: LIMIT, repeats: REPEATS, backlog10k: summary(smallPlan, smallTimes), backlog2M: summary(bigPlan, bigTimes) },
+      claim: {
+        limit: LIMIT,
+        repeats: REPEATS,
+        backlog10k: summary(smallPlan, smallTimes),
+        backlog2M: summary(bigPlan, bigTimes),
+        emptyBeside2M: { claimableBuffers: emptyPlan.claimableBuffers, explainMs: round(emptyPlan.ms) },
+      },
       recovery: {
         expiredLeases: 10_000,
         ...reaper,
