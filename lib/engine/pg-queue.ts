@@ -14,6 +14,7 @@ import { MAX_PAYLOAD_BYTES_DEFAULT, Producer, type EnqueueCallOptions, type Enqu
 import { Pruner, type PrunerConfig } from './pruner.js';
 import { Reaper, type ReaperConfig } from './reaper.js';
 import { Scheduler, type SchedulerConfig } from './scheduler.js';
+import { settlesWithin } from './service.js';
 import { createQueries, type Queries } from './sql.js';
 import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
 import { HANDLER_DEFAULTS, resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
@@ -362,11 +363,16 @@ export class PgQueue {
     if (wasStarted) {
       for (const off of this.unsubscribe.splice(0)) off();
       await Promise.all([...this.workers.values()].map((w) => w.stop(timeoutMs)));
-      await this.completer.drained();
+      if (!(await settlesWithin(this.completer.drained(), timeoutMs))) {
+        this.logger.warn(`Completions still unwritten ${timeoutMs} ms into shutdown; the reaper will recover those jobs.`);
+      }
       await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.pruner?.stop(), this.notifier.stop()]);
     }
     this.metrics.complete();
-    if (this.ownsPool) await this.pool.end();
+    // pool.end() waits for every checked-out connection; one stuck on a dead network would hang it.
+    if (this.ownsPool && !(await settlesWithin(this.pool.end(), timeoutMs))) {
+      this.logger.warn(`The pool did not close within ${timeoutMs} ms (a connection is stuck); giving up on it.`);
+    }
   }
 
   worker(queue: string): Worker | undefined {

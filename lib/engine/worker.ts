@@ -9,6 +9,7 @@ import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
 import type { Queries } from './sql.js';
+import { settlesWithin } from './service.js';
 import { runInJobSpan } from './tracing.js';
 import type { HandlerOptions, JobHandlerFn } from './types.js';
 
@@ -164,10 +165,10 @@ export class Worker {
     for (const lease of this.buffered.splice(0)) this.track(this.release(lease, false));
 
     const allSettled = () => Promise.allSettled([...this.running.values()]);
-    if (this.running.size > 0) await raceTimeout(allSettled(), timeoutMs);
+    if (this.running.size > 0) await settlesWithin(allSettled(), timeoutMs);
     if (this.running.size > 0) {
       for (const lease of this.running.keys()) lease.abort('SHUTDOWN', 'the worker is shutting down');
-      await raceTimeout(allSettled(), graceMs);
+      await settlesWithin(allSettled(), graceMs);
     }
     for (const lease of [...this.running.keys()]) {
       // The handler ignored its signal. Hand the job back now; its late outcome is ignored.
@@ -176,7 +177,11 @@ export class Worker {
       this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") did not stop at shutdown; its lease is released.`);
       this.track(this.release(lease, true));
     }
-    await Promise.allSettled([...this.writes]);
+    // Bounded too: a write stuck on a dead network must not hold the shutdown forever (the reaper
+    // recovers whatever it was writing).
+    if (!(await settlesWithin(Promise.allSettled([...this.writes]), timeoutMs))) {
+      this.deps.logger.warn(`Queue "${this.queue}": outcome writes still pending after ${timeoutMs} ms at shutdown; leaving them to the reaper.`);
+    }
     this.state = 'stopped';
   }
 
@@ -395,9 +400,4 @@ export class Worker {
     this.writes.add(tracked);
     void tracked.finally(() => this.writes.delete(tracked));
   }
-}
-
-function raceTimeout(promise: Promise<unknown>, ms: number): Promise<unknown> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([promise, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]).finally(() => clearTimeout(timer));
 }
