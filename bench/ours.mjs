@@ -1,0 +1,95 @@
+// nestjs-pg-queue's engine as a benchmark system: the same small interface as bench/peers/*.mjs.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import pg from 'pg';
+import { instrumentPool } from './lib/diag.mjs';
+
+const QUEUE = 'bench';
+const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+/** PgQueue's default pool size (POOL_SIZE_DEFAULT, not exported by the barrel). */
+const POOL_SIZE = 10;
+
+const logger = {
+  log: () => {},
+  warn: (message) => console.error(`[pg-queue] ${message}`),
+  error: (message) => console.error(`[pg-queue] ${message}`),
+};
+
+/**
+ * The engine at `enginePath` (default: this checkout's dist/engine) as a benchmark system.
+ * BENCH_ENGINE=/path/to/dist/engine/index.js makes another build the default one;
+ * `--peer engine:/path/to/dist/engine/index.js` measures two builds side by side (A/B).
+ */
+export async function loadEngine(enginePath, { key = 'ours', label } = {}) {
+  const resolved = enginePath ? path.resolve(enginePath) : undefined;
+  const { PgQueue } = await import(resolved ? pathToFileURL(resolved).href : '../dist/engine/index.js');
+  return {
+    key,
+    label: label ?? (resolved ? `engine ${path.basename(path.resolve(resolved, '..', '..', '..'))}` : `${pkg.name} ${pkg.version}`),
+    enginePath: resolved,
+    defaults: { prefetch: 10 },
+    /**
+     * The random gap between latency samples. Its job is to make arrivals random relative to any
+     * periodic activity in the worker; ours picks up on NOTIFY, so a short gap is enough.
+     */
+    latencyGapMs: [5, 25],
+    workerParams,
+    open: (options) => open(PgQueue, options),
+  };
+}
+
+export default await loadEngine(process.env.BENCH_ENGINE);
+
+/** How a worker of `concurrency` handlers and `prefetch` extra claimed jobs is configured here. */
+function workerParams({ concurrency, prefetch }) {
+  return { concurrency, prefetch, poolSize: POOL_SIZE, wakeup: 'LISTEN/NOTIFY + 2 s poll' };
+}
+
+async function open(PgQueue, { url, schema, diag = false }) {
+  const pool = diag ? new pg.Pool({ connectionString: url, max: POOL_SIZE, application_name: 'nestjs-pg-queue' }) : undefined;
+  const probe = pool ? instrumentPool(pool) : undefined;
+  const queue = new PgQueue(pool ? { pool, schema, logger } : { connectionString: url, schema, logger });
+  await queue.migrate();
+  await queue.declareQueues([QUEUE]);
+  const claims = [];
+  let started = false;
+
+  return {
+    enqueue: (payload) => queue.enqueue(QUEUE, payload),
+    enqueueMany: (payloads) => queue.enqueueMany(payloads.map((payload) => ({ queue: QUEUE, payload }))),
+
+    async startWorker({ concurrency, prefetch, handler }) {
+      queue.work(QUEUE, (job) => handler(job.payload), { concurrency, prefetch }, { claimed: (n) => claims.push(n) });
+      started = true;
+      await queue.start();
+    },
+
+    async counts() {
+      const { rows } = await queue.pool.query(`SELECT status::text AS state, count(*)::int AS n FROM "${schema}".jobs GROUP BY 1`);
+      return normalize(rows, 'succeeded');
+    },
+
+    diagnostics() {
+      const nonEmpty = claims.filter((n) => n > 0);
+      return {
+        claimQueries: claims.length,
+        emptyClaims: claims.length - nonEmpty.length,
+        meanClaimBatch: nonEmpty.length ? nonEmpty.reduce((a, b) => a + b, 0) / nonEmpty.length : 0,
+        ...(probe ? probe.report() : {}),
+      };
+    },
+
+    async close() {
+      await queue.stop(started ? 5_000 : 0);
+      probe?.stop();
+      await pool?.end();
+    },
+  };
+}
+
+function normalize(rows, doneState) {
+  const byState = Object.fromEntries(rows.map((r) => [r.state, r.n]));
+  const total = rows.reduce((a, r) => a + r.n, 0);
+  return { total, succeeded: byState[doneState] ?? 0, byState };
+}

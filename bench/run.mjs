@@ -1,0 +1,329 @@
+#!/usr/bin/env node
+// npm run bench [-- --runs N] [--quick] [--json] [--peer pg-boss] [--diag] [--only a,b]
+//
+// Enqueue throughput, processing throughput of a no-op handler, and idle pickup latency of the
+// engine (dist/engine), optionally beside a peer, in a database of its own (bench_<random>) on the
+// server in DATABASE_URL, dropped at the end. Every measurement runs in a fresh schema; each figure
+// is the median of --runs runs (min–max beside it). See bench/README.md.
+import { execFileSync } from 'node:child_process';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { createBenchDatabase, describeUrl, resetBetweenRuns, serverContext } from './lib/db.mjs';
+import { summarize } from './lib/stats.mjs';
+import ours, { loadEngine } from './ours.mjs';
+import { enqueueBulk, enqueueSingle, latency, processing } from './scenarios.mjs';
+
+const PEERS = { 'pg-boss': './peers/pg-boss.mjs' };
+
+const { values: args } = parseArgs({
+  options: {
+    runs: { type: 'string', default: '3' },
+    quick: { type: 'boolean', default: false },
+    json: { type: 'boolean', default: false },
+    peer: { type: 'string' },
+    diag: { type: 'boolean', default: false },
+    only: { type: 'string' },
+    'max-seconds': { type: 'string' },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
+
+if (args.help) {
+  process.stdout.write(`Usage: npm run bench -- [options]
+  --runs N          runs per figure; the median is reported (default 3)
+  --quick           smaller sizes (a smoke test, not a measurement)
+  --json            one JSON object per figure and system on stdout instead of the table
+  --peer pg-boss    measure pg-boss too, side by side, with the ratio ours/peer
+  --peer engine:P   A/B: another build of the engine (P = its dist/engine/index.js) as the peer
+  --diag            per-run details on stderr (claim batches, statements, pool waits, CPU)
+  --only LIST       comma-separated scenarios: enqueue_single, enqueue_bulk, process_pf10,
+                    process_pf100, process_pf500, latency
+  --max-seconds S   cap of one processing run (default 60, 20 with --quick)
+`);
+  process.exit(0);
+}
+
+const runs = Number(args.runs);
+if (!Number.isInteger(runs) || runs < 1) fail('--runs must be a positive integer');
+if (args.peer !== undefined && !PEERS[args.peer] && !args.peer.startsWith('engine:')) {
+  fail(`unknown --peer "${args.peer}" (known: ${Object.keys(PEERS).join(', ')}, or engine:/path/to/dist/engine/index.js)`);
+}
+const serverUrl = process.env.DATABASE_URL;
+if (!serverUrl) fail('DATABASE_URL is not set (npm run bench starts a throwaway PostgreSQL when it is unset)');
+
+const sizes = args.quick
+  ? { single: 1_000, bulk: 10_000, process: 10_000, samples: 100, maxSeconds: 20 }
+  : { single: 5_000, bulk: 50_000, process: 50_000, samples: 300, maxSeconds: 60 };
+if (args['max-seconds'] !== undefined) sizes.maxSeconds = Number(args['max-seconds']);
+const CONCURRENCY = 10;
+const IN_FLIGHT = 8;
+const BATCH = 500;
+
+const systems = [ours];
+if (args.peer?.startsWith('engine:')) {
+  const enginePath = args.peer.slice('engine:'.length);
+  // …/<build>/dist/engine/index.js → "engine <build>"
+  const build = path.basename(path.resolve(enginePath, '..', '..', '..'));
+  systems.push(await loadEngine(enginePath, { key: 'other', label: `engine ${build}` }));
+}
+else if (args.peer) systems.push(await import(PEERS[args.peer]));
+
+const checks = [];
+/** name → { unit, better, params, values: { systemKey: number[] }, capped: { systemKey: number } } */
+const figures = new Map();
+function figure(name, unit, better, params) {
+  if (!figures.has(name)) figures.set(name, { name, unit, better, params, values: {}, capped: {} });
+  return figures.get(name);
+}
+
+const scenarios = [
+  {
+    key: 'enqueue_single',
+    declare: () => figure('enqueue.single', 'jobs/s', 'higher', { jobs: sizes.single, inFlight: IN_FLIGHT }),
+    run: (sys) => enqueueSingle(sys, { jobs: sizes.single, inFlight: IN_FLIGHT }),
+  },
+  {
+    key: 'enqueue_bulk',
+    declare: () => figure('enqueue.bulk', 'jobs/s', 'higher', { jobs: sizes.bulk, batch: BATCH, inFlight: 1 }),
+    run: (sys) => enqueueBulk(sys, { jobs: sizes.bulk, batch: BATCH }),
+  },
+  ...[10, 100, 500].map((prefetch) => ({
+    key: `process_pf${prefetch}`,
+    declare: () =>
+      figure(`process.c${CONCURRENCY}.pf${prefetch}`, 'jobs/s', 'higher', {
+        jobs: sizes.process,
+        concurrency: CONCURRENCY,
+        prefetch,
+        handler: 'no-op',
+        preInserted: `bulk, batches of ${BATCH}`,
+        maxSeconds: sizes.maxSeconds,
+        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, prefetch })),
+      }),
+    run: (sys, benchUrl) =>
+      processing(sys, {
+        jobs: sizes.process,
+        batch: BATCH,
+        concurrency: CONCURRENCY,
+        prefetch,
+        maxSeconds: sizes.maxSeconds,
+        benchUrl,
+        figure: `process.c${CONCURRENCY}.pf${prefetch}`,
+      }),
+  })),
+  {
+    key: 'latency',
+    declare: () => {
+      const params = {
+        samples: sizes.samples,
+        gapMs: perSystem((s) => `${s.latencyGapMs[0]}-${s.latencyGapMs[1]} (uniform random)`),
+        concurrency: CONCURRENCY,
+        prefetch: 10,
+        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, prefetch: 10 })),
+      };
+      for (const what of ['pickup', 'afterCommit', 'enqueueCall']) {
+        for (const p of [50, 95, 99]) figure(`latency.${what}.p${p}`, 'ms', 'lower', params);
+      }
+    },
+    run: (sys, _url, module) =>
+      latency(sys, { samples: sizes.samples, gapMinMs: module.latencyGapMs[0], gapMaxMs: module.latencyGapMs[1], concurrency: CONCURRENCY, prefetch: 10 }),
+  },
+];
+
+const selected = args.only ? args.only.split(',').map((s) => s.trim()) : scenarios.map((s) => s.key);
+for (const key of selected) if (!scenarios.some((s) => s.key === key)) fail(`unknown scenario in --only: ${key}`);
+
+const context = {
+  node: process.version,
+  cpus: os.cpus().length,
+  cpuModel: os.cpus()[0]?.model?.trim(),
+  memory: `${Math.round(os.totalmem() / 2 ** 30)} GiB`,
+  loadAverageAtStart: os.loadavg().map((x) => Math.round(x * 100) / 100),
+  server: describeUrl(serverUrl),
+  postgres: await serverContext(serverUrl),
+  systems: systems.map((s) => s.label),
+  engine: ours.enginePath ?? `dist/engine from ${gitDescribe()}`,
+  runs,
+  quick: args.quick,
+};
+
+const db = await createBenchDatabase(serverUrl);
+let interrupted = false;
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.once(signal, () => {
+    interrupted = true;
+    progress(`\n${signal}: dropping ${db.name}…`);
+    db.drop().finally(() => process.exit(130));
+  });
+}
+
+progress(`bench: database ${db.name} on ${context.server} (${context.postgres.kind}, PostgreSQL ${context.postgres.serverVersion}); ${runs} run(s); ${systems.map((s) => s.label).join(' vs ')}`);
+const started = Date.now();
+let failed = false;
+try {
+  for (const scenario of scenarios.filter((s) => selected.includes(s.key))) {
+    scenario.declare();
+    for (let r = 1; r <= runs; r++) {
+      // Interleaved (ours, peer, ours, peer, …) so that drifting noise hits both alike.
+      for (const sys of systems) {
+        if (interrupted) break;
+        const schema = `b_${scenario.key}_${r}_${sys.key.replace(/[^a-z0-9]/g, '_')}`;
+        const handle = await sys.open({ url: db.url, schema, diag: args.diag });
+        let result;
+        try {
+          result = await scenario.run(handle, db.url, sys);
+        } finally {
+          await handle.close();
+          await resetBetweenRuns(db.url, schema);
+        }
+        for (const [name, value] of Object.entries(result.figures)) {
+          const f = figures.get(name);
+          (f.values[sys.key] ??= []).push(value);
+          if (result.capped) f.capped[sys.key] = (f.capped[sys.key] ?? 0) + 1;
+        }
+        const shown = Object.entries(result.figures)
+          .map(([name, value]) => `${name}=${format(value, figures.get(name).unit)}`)
+          .join(' ');
+        progress(`  ${scenario.key} run ${r}/${runs} ${sys.key}: ${shown}${result.capped ? ' (CAPPED/INCOMPLETE)' : ''}`);
+        if (args.diag || result.capped || (result.check && result.check.executions > result.check.jobs)) progress(`    detail: ${JSON.stringify(result.detail)}`);
+        if (result.check) {
+          const c = result.check;
+          const problems = [];
+          const notDone = Object.entries(c.byState).filter(([state]) => !['succeeded', 'completed'].includes(state));
+          const failedStates = notDone.filter(([state]) => ['dead', 'failed', 'cancelled'].includes(state));
+          if (c.executions > c.jobs) problems.push(`${c.executions - c.jobs} extra handler executions (jobs ran more than once)`);
+          if (failedStates.length) problems.push(`jobs ended ${JSON.stringify(Object.fromEntries(failedStates))}`);
+          const capped = c.succeeded !== c.jobs;
+          const status = problems.length ? 'FAILED' : capped ? 'capped' : 'ok';
+          if (capped) problems.push(`${c.succeeded}/${c.jobs} succeeded by the ${sizes.maxSeconds} s cap (${JSON.stringify(Object.fromEntries(notDone))} left)`);
+          checks.push({ scenario: scenario.key, run: r, system: sys.key, status, problems });
+          // Ours must drain every job exactly once; a polling peer that is merely slow is reported as capped.
+          if (sys === ours && problems.length) failed = true;
+        }
+      }
+    }
+  }
+} finally {
+  await db.drop().catch((error) => progress(`could not drop ${db.name}: ${error.message}`));
+}
+context.loadAverageAtEnd = os.loadavg().map((x) => Math.round(x * 100) / 100);
+context.wallSeconds = Math.round((Date.now() - started) / 1000);
+
+const peer = systems[1];
+if (args.json) {
+  progress(`context: ${JSON.stringify(context)}`);
+  for (const f of figures.values()) {
+    const mine = summarize(f.values[ours.key] ?? []);
+    for (const sys of systems) {
+      const s = summarize(f.values[sys.key] ?? []);
+      const out = {
+        name: f.name,
+        system: sys.key,
+        unit: f.unit,
+        better: f.better,
+        median: s.median,
+        min: s.min,
+        max: s.max,
+        runs: s.n,
+        values: f.values[sys.key] ?? [],
+        params: f.params,
+      };
+      if (f.capped[sys.key]) out.cappedRuns = f.capped[sys.key];
+      const figureChecks = checks.filter((c) => c.system === sys.key && f.name.startsWith('process.') && c.scenario === `process_${f.name.split('.')[2]}`);
+      if (figureChecks.length) out.checks = figureChecks.map(({ run, status, problems }) => ({ run, status, problems }));
+      if (sys === ours && peer) out.ratioToPeer = mine.median / summarize(f.values[peer.key] ?? []).median;
+      process.stdout.write(`${JSON.stringify(out)}\n`);
+    }
+  }
+} else {
+  printTable();
+}
+if (failed) progress('bench: a check failed for ours (see Checks): exit code 1.');
+process.exit(failed ? 1 : 0);
+
+function printTable() {
+  const pg = context.postgres;
+  const lines = [
+    `Machine: Node ${context.node}, ${context.cpus} cores (${context.cpuModel}), ${context.memory}; load average ${context.loadAverageAtStart.join(' ')} at start, ${context.loadAverageAtEnd.join(' ')} at end`,
+    `PostgreSQL: ${pg.serverVersion} (${pg.kind} server${pg.kind === 'embedded' ? ', durability off' : ''}: ${context.server}); synchronous_commit=${pg.synchronousCommit}, fsync=${pg.fsync}, shared_buffers=${pg.sharedBuffers}`,
+    `Engine: ${context.engine}.`,
+    `Systems: ${context.systems.join(' vs ')}. Median of ${runs} run(s) [min–max]; ${context.wallSeconds} s in all.${args.quick ? ' QUICK sizes: a smoke test.' : ''}`,
+    '',
+  ];
+  const header = ['figure', 'unit', ours.label];
+  if (peer) header.push(peer.label, 'ours/peer', 'better');
+  const rows = [header];
+  for (const f of figures.values()) {
+    const cell = (sys) => {
+      const s = summarize(f.values[sys.key] ?? []);
+      const capped = f.capped[sys.key] ? ` *${f.capped[sys.key]}` : '';
+      return `${format(s.median, f.unit)} [${format(s.min, f.unit)}–${format(s.max, f.unit)}]${capped}`;
+    };
+    const row = [f.name, f.unit, cell(ours)];
+    if (peer) {
+      const ratio = summarize(f.values[ours.key] ?? []).median / summarize(f.values[peer.key] ?? []).median;
+      row.push(cell(peer), Number.isFinite(ratio) ? `${ratio >= 10 ? ratio.toFixed(0) : ratio.toFixed(2)}×` : 'n/a', f.better);
+    }
+    rows.push(row);
+  }
+  const widths = header.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+  const fmt = (r) => r.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  lines.push(fmt(rows[0]), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.slice(1).map(fmt));
+  if ([...figures.values()].some((f) => Object.keys(f.capped).length)) {
+    lines.push('', `*N: N runs hit the ${sizes.maxSeconds} s cap before every job succeeded; the figure is then jobs succeeded by the cap / elapsed time.`);
+  }
+  lines.push('', 'Parameters:');
+  const seen = new Set();
+  for (const f of figures.values()) {
+    const key = JSON.stringify(f.params);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const names = [...figures.values()].filter((g) => JSON.stringify(g.params) === key).map((g) => g.name);
+    const shownName = names.length > 1 ? `${names[0].split('.').slice(0, 1)}.*` : names[0];
+    lines.push(`  ${shownName}: ${JSON.stringify(f.params)}`);
+  }
+  if (checks.length) lines.push('', 'Checks (processing runs: every job succeeded, each handler ran once; ours must pass, a peer that does not drain within the cap is "capped"):');
+  const byScenario = new Map();
+  for (const c of checks) {
+    const k = `${c.scenario} ${c.system}`;
+    if (!byScenario.has(k)) byScenario.set(k, []);
+    byScenario.get(k).push(c);
+  }
+  for (const [k, list] of byScenario) {
+    const bad = list.filter((c) => c.status !== 'ok');
+    const tally = ['ok', 'capped', 'FAILED'].map((st) => [st, list.filter((c) => c.status === st).length]).filter(([, n]) => n).map(([st, n]) => `${st} ${n}/${list.length}`).join(', ');
+    lines.push(`  ${k}: ${tally}${bad.length ? ` — ${bad.map((c) => `run ${c.run}: ${c.problems.join('; ')}`).join(' | ')}` : ''}`);
+  }
+  if (peer) lines.push('', 'ours/peer: the ratio of the medians. For jobs/s above 1 means ours is faster; for ms below 1 means ours is faster.');
+  process.stdout.write(`${lines.join('\n')}\n`);
+}
+
+function gitDescribe() {
+  try {
+    const cwd = new URL('..', import.meta.url);
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'lib', 'migrations'], { cwd, encoding: 'utf8' }).trim();
+    return `${commit}${dirty ? ' + uncommitted changes in lib/ or migrations/' : ''}`;
+  } catch {
+    return 'an unknown commit';
+  }
+}
+
+function perSystem(fn) {
+  return Object.fromEntries(systems.map((s) => [s.key, fn(s)]));
+}
+
+function format(value, unit) {
+  if (!Number.isFinite(value)) return 'n/a';
+  if (unit === 'ms') return value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
+  return value >= 100 ? String(Math.round(value)) : value.toFixed(1);
+}
+
+function progress(message) {
+  process.stderr.write(`${message}\n`);
+}
+
+function fail(message) {
+  process.stderr.write(`bench: ${message}\n`);
+  process.exit(2);
+}

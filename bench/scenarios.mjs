@@ -1,0 +1,152 @@
+// The three measurements, written once against the small system interface of bench/ours.mjs and
+// bench/peers/*.mjs: enqueue(payload), enqueueMany(payloads), startWorker({ concurrency,
+// prefetch, handler }), counts(), diagnostics(), close().
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { analyze } from './lib/db.mjs';
+import { cpuMeter } from './lib/diag.mjs';
+import { percentile, sortedCopy } from './lib/stats.mjs';
+
+const payloadOf = (i) => ({ i });
+
+/** `jobs` single enqueue calls, `inFlight` at a time (each its own statement and transaction). */
+export async function enqueueSingle(sys, { jobs, inFlight, warmup = 100 }) {
+  await fanOut(warmup, inFlight, (i) => sys.enqueue(payloadOf(-1 - i)));
+  const t0 = performance.now();
+  await fanOut(jobs, inFlight, (i) => sys.enqueue(payloadOf(i)));
+  const seconds = (performance.now() - t0) / 1000;
+  return { figures: { 'enqueue.single': jobs / seconds }, detail: { seconds: round(seconds) } };
+}
+
+/** `jobs` jobs in calls of `batch`, one call at a time. */
+export async function enqueueBulk(sys, { jobs, batch }) {
+  await sys.enqueueMany(range(-batch, 0).map(payloadOf)); // warm-up: connections, prepared statements
+  const t0 = performance.now();
+  for (let start = 0; start < jobs; start += batch) {
+    await sys.enqueueMany(range(start, Math.min(jobs, start + batch)).map(payloadOf));
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  return { figures: { 'enqueue.bulk': jobs / seconds }, detail: { seconds: round(seconds) } };
+}
+
+/**
+ * `jobs` jobs inserted in bulk before any worker starts; then a no-op handler with `concurrency`
+ * and `prefetch`. Timed from just before the worker starts until the database shows every job
+ * succeeded (handlers counted in process; then the table is read every 25 ms until the last
+ * completions are visible). Stops at `maxSeconds`: the figure is then the jobs succeeded by
+ * then per second, and the run is marked capped.
+ */
+export async function processing(sys, { jobs, batch, concurrency, prefetch, maxSeconds, benchUrl, figure }) {
+  for (let start = 0; start < jobs; start += batch) {
+    await sys.enqueueMany(range(start, Math.min(jobs, start + batch)).map(payloadOf));
+  }
+  await analyze(benchUrl);
+  const before = await sys.counts();
+  if (before.total !== jobs) throw new Error(`expected ${jobs} jobs before the worker starts, found ${before.total}`);
+
+  let handled = 0;
+  let allHandled;
+  const done = new Promise((resolve) => (allHandled = resolve));
+  let lastHandlerAt = 0;
+  const handler = () => {
+    handled += 1;
+    lastHandlerAt = performance.now();
+    if (handled === jobs) allHandled();
+  };
+  const cpu = cpuMeter();
+  const t0 = performance.now();
+  const deadline = t0 + maxSeconds * 1000;
+  await sys.startWorker({ concurrency, prefetch, handler });
+  await Promise.race([done, sleep(Math.max(0, deadline - performance.now()))]);
+  let counts;
+  for (;;) {
+    counts = await sys.counts();
+    if (counts.succeeded >= jobs || performance.now() >= deadline) break;
+    await sleep(25);
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  const usage = cpu.stop();
+  const complete = counts.succeeded === jobs && counts.total === jobs;
+  return {
+    figures: { [figure]: counts.succeeded / seconds },
+    capped: !complete,
+    check: {
+      jobs,
+      succeeded: counts.succeeded,
+      byState: counts.byState,
+      // A no-op handler never fails: more executions than jobs means jobs ran twice (leases expired).
+      executions: handled,
+    },
+    detail: {
+      seconds: round(seconds),
+      lastHandlerSeconds: handled ? round((lastHandlerAt - t0) / 1000) : null,
+      executions: handled,
+      succeeded: counts.succeeded,
+      byState: counts.byState,
+      ...usage,
+      ...sys.diagnostics(),
+    },
+  };
+}
+
+/**
+ * An idle, listening worker; one job enqueued at a time, after a random gap. Per sample: the
+ * enqueue call's duration, enqueue call start → handler start ("pickup"), and enqueue resolved →
+ * handler start ("after commit"; can be slightly negative, as the wake-up may beat the reply).
+ */
+export async function latency(sys, { samples, gapMinMs, gapMaxMs, concurrency, prefetch, warmup = 10, timeoutMs = 10_000 }) {
+  const waiters = new Map();
+  const handler = (payload) => {
+    const at = performance.now();
+    const waiter = waiters.get(payload.i);
+    if (waiter) {
+      waiters.delete(payload.i);
+      waiter(at);
+    }
+  };
+  await sys.startWorker({ concurrency, prefetch, handler });
+  await sleep(500); // let it go idle
+  const pickup = [];
+  const afterCommit = [];
+  const call = [];
+  for (let i = -warmup; i < samples; i++) {
+    await sleep(gapMinMs + Math.random() * (gapMaxMs - gapMinMs));
+    const started = new Promise((resolve) => waiters.set(i, resolve));
+    const t0 = performance.now();
+    await sys.enqueue(payloadOf(i));
+    const t1 = performance.now();
+    const t2 = await Promise.race([started, sleep(timeoutMs).then(() => Number.NaN)]);
+    if (Number.isNaN(t2)) throw new Error(`job ${i} did not start within ${timeoutMs} ms`);
+    if (i < 0) continue;
+    pickup.push(t2 - t0);
+    afterCommit.push(t2 - t1);
+    call.push(t1 - t0);
+  }
+  const figures = {};
+  for (const [name, values] of [
+    ['latency.pickup', pickup],
+    ['latency.afterCommit', afterCommit],
+    ['latency.enqueueCall', call],
+  ]) {
+    const sorted = sortedCopy(values);
+    for (const p of [50, 95, 99]) figures[`${name}.p${p}`] = percentile(sorted, p);
+  }
+  return { figures, detail: { samples } };
+}
+
+async function fanOut(count, width, fn) {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(width, count) }, async () => {
+      while (next < count) await fn(next++);
+    }),
+  );
+}
+
+function range(from, to) {
+  return Array.from({ length: to - from }, (_, k) => from + k);
+}
+
+function round(x) {
+  return Math.round(x * 1000) / 1000;
+}
