@@ -142,9 +142,14 @@ export class Lease {
     this.abort(reason === 'cancelled' ? 'CANCELLED' : 'LEASE_LOST', `the worker no longer owns the job (${reason})`);
   }
 
-  /** After a fenced statement matched nothing: reads why, marks the lease lost, returns the error to throw. */
-  async lostOn(operation: 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect'): Promise<LeaseLostError> {
-    const [row] = await run<{ loss: string }>(this.deps.db, this.deps.queries.fenceLoss, [this.job.id, this.job.leaseToken]);
+  /**
+   * After a fenced statement matched nothing: reads why, marks the lease lost, returns the error to
+   * throw. `recordInHistory`: the refused statement recorded nothing, so record the 'lost_fence' here.
+   */
+  async lostOn(operation: 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect', recordInHistory = false): Promise<LeaseLostError> {
+    const [row] = recordInHistory
+      ? await run<{ loss: string }>(this.deps.db, this.deps.queries.recordFenceLoss, [this.job.id, this.job.leaseToken, this.deps.owner])
+      : await run<{ loss: string }>(this.deps.db, this.deps.queries.fenceLoss, [this.job.id, this.job.leaseToken]);
     const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
     this.markLost(reason, operation);
     return new LeaseLostError(this.job.id, this.job.leaseToken, reason);

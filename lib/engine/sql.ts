@@ -80,6 +80,7 @@ export interface Queries {
   readonly setQueuePaused: QueryText;
   readonly lockFence: QueryText;
   readonly fenceLoss: QueryText;
+  readonly recordFenceLoss: QueryText;
   readonly beginEffect: QueryText;
   readonly confirmEffect: QueryText;
   readonly jobEffects: QueryText;
@@ -481,6 +482,23 @@ export function createQueries(schemaName: string): Queries {
       'fence-loss',
       `SELECT CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', '$2::bigint')} END AS loss
        FROM (SELECT 1) AS one LEFT JOIN ${jobs} AS j ON j.id = $1`,
+    ),
+
+    /**
+     * fenceLoss for a fenced write refused by a statement that records nothing (ctx.complete's
+     * fenced row lock): reports why and records the refusal in the job's history as 'lost_fence',
+     * as the fenced completion, failure and heartbeat statements do. $1 id, $2 token, $3 owner.
+     */
+    recordFenceLoss: q(
+      'record-fence-loss',
+      `WITH target AS (SELECT $1::bigint AS id, $2::bigint AS token, $3::text AS owner),
+       lost AS (
+         INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
+         SELECT j.id, 'lost_fence', j.status, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token')}
+         FROM target t JOIN ${jobs} j ON j.id = t.id
+       )
+       SELECT CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token')} END AS loss
+       FROM target t LEFT JOIN ${jobs} j ON j.id = t.id`,
     ),
 
     /**

@@ -28,7 +28,8 @@ export async function completeInTransaction<R>(lease: Lease, work: (tx: Queryabl
       }
       throw error;
     });
-    if (locked.length === 0) throw await lease.lostOn('complete');
+    // Refused by the database: recorded in the job's history like any refused completion.
+    if (locked.length === 0) throw await lease.lostOn('complete', true);
     const result = await work(tx);
     const [done] = await run<{ applied: boolean } & ReleasedKeys>(tx, lease.deps.queries.completeMany, [
       [lease.job.id],

@@ -29,7 +29,10 @@ export type Behaviour =
   | { kind: 'effect-then-hang' }
   | { kind: 'effect'; sleepMs?: number }
   | { kind: 'progress'; chunkMs: number; chunks: number; honour: boolean }
-  | { kind: 'fail'; error: 'retryable' | 'permanent' | 'string' | 'reject-non-error' | 'error' };
+  | { kind: 'fail'; error: 'retryable' | 'permanent' | 'string' | 'reject-non-error' | 'error' }
+  // Side effects that happen once (test/serial/crash/side-effects.spec.ts; see crash-worker.mjs).
+  | { kind: 'complete-tx'; table: string; pauseBeforeComplete?: boolean }
+  | { kind: 'charge'; reconcile: boolean; crash?: 'after-call' | 'after-confirm' };
 
 export interface QueueSpec {
   name: string;

@@ -140,6 +140,85 @@ const behaviours = {
   },
 };
 
+// ---------------------------------------------------------------------------------------------
+// Side effects that happen once (test/serial/crash/side-effects.spec.ts). Added behaviours only;
+// each records what it learnt in crash_outcomes (kind 'paused' | 'ctx.complete' | 'effect_result'
+// | 'reconcile'), and the one that crashes or pauses does it to itself, at the exact point named.
+
+/** The fake service, called with an explicit key (ctx.effect's): one effect per key, every call logged. */
+async function callServiceWithKey(job, key) {
+  await record(
+    `WITH effect AS (
+       INSERT INTO crash_service_effects (idempotency_key, job_id, lease_token, worker)
+       VALUES ($1, $2, $3, $4) ON CONFLICT (idempotency_key) DO NOTHING RETURNING 1
+     )
+     INSERT INTO crash_service_calls (call_id, idempotency_key, job_id, lease_token, worker, applied)
+     VALUES ($5, $1, $2, $3, $4, EXISTS (SELECT 1 FROM effect))
+     ON CONFLICT (call_id) DO UPDATE SET applied = crash_service_calls.applied`,
+    [key, job.id, job.leaseToken, workerId, `${workerId}:${key}:${job.leaseToken}`],
+  );
+  return { chargeId: `ch:${key}` };
+}
+
+const noteOutcome = (job, kind, detail) =>
+  record(`INSERT INTO crash_outcomes (job_id, lease_token, worker, kind, detail, at_local) VALUES ($1, $2, $3, $4, $5, $6)`, [
+    job.id,
+    job.leaseToken,
+    workerId,
+    kind,
+    detail,
+    Date.now(),
+  ]);
+
+Object.assign(behaviours, {
+  /**
+   * Fenced transactional completion: ctx.complete inserts (job_id, token, worker) into `b.table`.
+   * With `pauseBeforeComplete`, the process SIGSTOPs itself right before the call (the parent
+   * resumes it with SIGCONT). The call's outcome is recorded: 'committed' or '<code>:<reason>'.
+   */
+  'complete-tx': async (b, job, ctx) => {
+    if (!/^[a-z_][a-z0-9_]*$/.test(b.table)) throw new Error(`crash-worker: bad table name ${b.table}`);
+    if (b.pauseBeforeComplete) {
+      await noteOutcome(job, 'paused', 'before ctx.complete');
+      process.kill(process.pid, 'SIGSTOP');
+    }
+    try {
+      await ctx.complete(async (tx) =>
+        tx.query({ text: `INSERT INTO ${b.table} (job_id, token, worker) VALUES ($1, $2, $3)`, values: [job.id, job.leaseToken, workerId] }),
+      );
+    } catch (error) {
+      await noteOutcome(job, 'ctx.complete', `${error?.code}:${error?.reason}`);
+      throw error;
+    }
+    await noteOutcome(job, 'ctx.complete', 'committed');
+  },
+  /**
+   * ctx.effect('charge', key => the fake service, { reconcile: look the key up there } if
+   * `b.reconcile`). `crash`: 'after-call' SIGKILLs the process after the service applied the
+   * call, before the effect is confirmed; 'after-confirm' after ctx.effect returned, before the
+   * job's completion. The result the handler got is recorded.
+   */
+  charge: async (b, job, ctx) => {
+    const reconcile = async (key) => {
+      const { rows } = await record(`SELECT worker FROM crash_service_effects WHERE idempotency_key = $1`, [key]);
+      await noteOutcome(job, 'reconcile', rows.length ? 'found' : 'not found');
+      return rows.length ? { done: true, result: { chargeId: `ch:${key}`, reconciled: true } } : { done: false };
+    };
+    const result = await ctx.effect(
+      'charge',
+      async (key) => {
+        const charged = await callServiceWithKey(job, key);
+        if (b.crash === 'after-call') process.kill(process.pid, 'SIGKILL');
+        return charged;
+      },
+      b.reconcile ? { reconcile } : {},
+    );
+    await noteOutcome(job, 'effect_result', JSON.stringify(result));
+    if (b.crash === 'after-confirm') process.kill(process.pid, 'SIGKILL');
+  },
+});
+// ---------------------------------------------------------------------------------------------
+
 function handlerFor(queue) {
   return async (job, ctx) => {
     const b = job.payload?.behaviour ?? queue.behaviour ?? { kind: 'noop' };
