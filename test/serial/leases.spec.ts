@@ -22,17 +22,18 @@ test('a heartbeat after progress extends the lease', async () => {
   const done = new Promise<void>((r) => (release = r));
   let beats = 0;
   q.work('hb-extend', async (_job, ctx) => {
-    // Three progress reports over 2.4 leases: the job outlives its first lease only because of them.
+    // Progress every 400 ms over 2.4 s, two leases: the job outlives its first lease only because
+    // of the renewals (a write once a third of the lease has passed).
     for (let i = 0; i < 6; i++) {
-      await sleep(200);
+      await sleep(400);
       await ctx.heartbeat();
       beats++;
     }
     await done;
-  }, { leaseMs: 500, abortMarginMs: 100 });
+  }, { leaseMs: 1_200, abortMarginMs: 300 });
   await q.start();
   const id = await q.enqueue('hb-extend', {});
-  await waitFor(() => beats === 6, 5_000);
+  await waitFor(() => beats === 6, 10_000);
   const row = await leaseOf(id);
   expect(row.status).toBe('running');
   expect(row.lease_expires_at!.getTime()).toBeGreaterThan(row.now.getTime());
@@ -50,7 +51,7 @@ test('without heartbeats the lease runs out: the signal aborts before expiry and
     abortedAt = Date.now();
     leaseAtAbort = await leaseOf(job.id);
     throw ctx.signal.reason;
-  }, { leaseMs: 400, abortMarginMs: 100, maxAttempts: 1 });
+  }, { leaseMs: 1_000, abortMarginMs: 400, maxAttempts: 1 });
   await q.start();
   const id = await q.enqueue('hb-none', {});
   const row = await waitForStatus(q, id, 'dead');
@@ -67,7 +68,7 @@ test('no heartbeat can push the lease past the maximum runtime; the attempt then
   q.work('hb-deadline', async (job, ctx) => {
     try {
       for (;;) {
-        await sleep(50);
+        await sleep(100);
         await ctx.heartbeat();
         const row = await leaseOf(job.id);
         if (row.status !== 'running') return;
@@ -77,7 +78,7 @@ test('no heartbeat can push the lease past the maximum runtime; the attempt then
       expect(ctx.signal.aborted).toBe(true);
       throw error;
     }
-  }, { leaseMs: 300, abortMarginMs: 50, maxRuntimeMs: 900, maxAttempts: 1 });
+  }, { leaseMs: 600, abortMarginMs: 150, maxRuntimeMs: 1_800, maxAttempts: 1 });
   await q.start();
   const id = await q.enqueue('hb-deadline', {});
   const job = await waitForStatus(q, id, 'dead');
@@ -94,7 +95,9 @@ test('a handler that ignores its aborted signal is abandoned: its slot frees and
   q.work('stuck', async () => {
     calls++;
     if (calls === 1) await new Promise(() => {}); // never settles
-  }, { leaseMs: 300, abortMarginMs: 100, concurrency: 1, backoff: { baseMs: 0, maxMs: 0 } });
+    // Margins wide enough for a loaded machine: abandoned 300 ms after the abort, which leaves
+    // 300 ms of lease for the fenced failure to land before the database would expire it.
+  }, { leaseMs: 2_000, abortMarginMs: 600, concurrency: 1, backoff: { baseMs: 0, maxMs: 0 } });
   await q.start();
   const id = await q.enqueue('stuck', {});
   await waitForStatus(q, id, 'succeeded');
@@ -135,7 +138,9 @@ test('events stream: a lost fence on heartbeat is reported with its reason and a
   q.metrics.events$.subscribe((e) => events.push(e));
   let outcome = '';
   q.work('cancel-me', async (job, ctx) => {
-    await sleep(300);
+    // Past a third of the lease, so the heartbeat writes (and meets the cancellation), and far from
+    // its end, so the local abort cannot come first on a loaded machine.
+    await sleep(1_100);
     await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`, [job.id]);
     try {
       await ctx.heartbeat();
@@ -143,7 +148,7 @@ test('events stream: a lost fence on heartbeat is reported with its reason and a
     } catch (error) {
       outcome = `${(error as { code: string }).code}:${(error as { reason: string }).reason}:${ctx.signal.aborted}`;
     }
-  }, { leaseMs: 400, abortMarginMs: 50 });
+  }, { leaseMs: 3_000, abortMarginMs: 300 });
   await q.start();
   const id = await q.enqueue('cancel-me', {});
   await waitFor(() => outcome !== '');
