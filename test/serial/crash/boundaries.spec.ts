@@ -227,7 +227,9 @@ describe('5. heartbeats lost during active work (the worker is cut off: sessions
   }, 60_000);
 
   test('a handler that ignores it overlaps the second execution, within the window its configuration explains', async () => {
-    const chunks = 30; // about 3 s of work: twice the lease
+    // About 6 s of work, four leases: the cut-off (which waits for the sessions to be gone, slow on a
+    // loaded machine) always leaves the lease to run out mid-work.
+    const chunks = 60;
     const { a, b, held, first, second, after } = await cutOffMidJob('beats-ignore', false, chunks);
     expect(first.abortCode).toBe('LEASE_EXPIRED');
     const abortLeadMs = held.leaseExpiresAt! - db(first.abortedLocal!);
