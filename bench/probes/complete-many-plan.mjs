@@ -1,0 +1,57 @@
+#!/usr/bin/env node
+// Probe: the plan and time of the engine's batched completion (complete-many) when many jobs are
+// running and the statistics are from a moment when none were (as after a bulk enqueue + ANALYZE),
+// under a generic plan (what a prepared statement uses after 5 executions) and a custom one.
+//
+//   DATABASE_URL=postgres://… node bench/probes/complete-many-plan.mjs [jobs=40000] [running=30000] [batch=400]
+//
+// Uses a database of its own (dropped at the end) and the completeMany text of dist/engine/sql.js.
+import { createQueries } from '../../dist/engine/sql.js';
+import { PgQueue } from '../../dist/engine/index.js';
+import { createBenchDatabase, withClient } from '../lib/db.mjs';
+
+const [jobs, running, batch] = [Number(process.argv[2] ?? 40_000), Number(process.argv[3] ?? 30_000), Number(process.argv[4] ?? 400)];
+const serverUrl = process.env.DATABASE_URL;
+if (!serverUrl) throw new Error('set DATABASE_URL');
+const schema = 'probe';
+const db = await createBenchDatabase(serverUrl);
+try {
+  const queue = new PgQueue({ connectionString: db.url, schema });
+  await queue.migrate();
+  await queue.declareQueues(['bench']);
+  for (let i = 0; i < jobs; i += 500) {
+    await queue.enqueueMany(Array.from({ length: Math.min(500, jobs - i) }, (_, k) => ({ queue: 'bench', payload: { i: i + k } })));
+  }
+  await queue.stop();
+  await withClient(db.url, async (c) => {
+    await c.query('ANALYZE'); // statistics: every job pending, none running
+    // Claim `running` jobs the way the claim does (status, owner, token, lease, deadline), in one go.
+    const { rows } = await c.query(
+      `UPDATE ${schema}.jobs SET status = 'running', lease_owner = 'probe', lease_token = lease_token + 1,
+              attempt_count = attempt_count + 1, claimed_at = now(), max_attempts = 5, max_runtime_ms = 900000,
+              backoff_base_ms = 1000, backoff_max_ms = 600000,
+              deadline_at = now() + interval '15 minutes', lease_expires_at = now() + interval '30 seconds'
+       WHERE id IN (SELECT id FROM ${schema}.jobs ORDER BY id LIMIT $1)
+       RETURNING id::text AS id, lease_token::text AS token`,
+      [running],
+    );
+    const sample = rows.slice(0, batch);
+    const args = `'{${sample.map((r) => r.id).join(',')}}', '{${sample.map((r) => r.token).join(',')}}', 'probe'`;
+    const text = createQueries(schema).completeMany.text;
+    console.log(`jobs=${jobs} running=${running} batch=${batch}; statistics taken while every job was pending`);
+    for (const mode of ['force_generic_plan', 'force_custom_plan']) {
+      await c.query(`SET plan_cache_mode = ${mode}`);
+      await c.query('BEGIN');
+      await c.query(`PREPARE complete_many AS ${text}`);
+      const t0 = performance.now();
+      const plan = await c.query(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE complete_many(${args})`);
+      const ms = performance.now() - t0;
+      await c.query('ROLLBACK');
+      await c.query('DEALLOCATE complete_many');
+      console.log(`\n=== ${mode}: ${ms.toFixed(1)} ms`);
+      console.log(plan.rows.map((r) => r['QUERY PLAN']).join('\n'));
+    }
+  });
+} finally {
+  await db.drop();
+}
