@@ -15,8 +15,12 @@ import { quoteIdentifier, validateSchemaName } from './identifiers.js';
  * by the database's clock. Zero rows matched means the worker lost the job and must not write it.
  */
 function fence(job: string, id: string, owner: string, token: string): string {
+  // `status::text`, not `status`: the same test, but one the reaper's partial index
+  // (lease_expires_at WHERE status = 'running') cannot serve. With it, a planner misled by stale
+  // statistics walks every running row for each fenced write; without it, the row is found by its
+  // primary key, whatever the statistics say.
   return `${job}.id = ${id} AND ${job}.lease_owner = ${owner} AND ${job}.lease_token = ${token}
-    AND ${job}.status = 'running' AND ${job}.lease_expires_at > now()`;
+    AND ${job}.status::text = 'running' AND ${job}.lease_expires_at > now()`;
 }
 
 /**
@@ -236,7 +240,8 @@ export function createQueries(schemaName: string): Queries {
          UPDATE ${jobs} AS j
          SET status = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
          FROM input i
-         WHERE ${fence('j', 'i.id', '$3', 'i.token')}
+         -- = ANY($1): a primary-key probe per id, however the planner sizes unnest().
+         WHERE j.id = ANY ($1::bigint[]) AND ${fence('j', 'i.id', '$3', 'i.token')}
          RETURNING j.id, j.queue_name, j.ordering_key
        ), ${releaseKeys(`${s}.ordering_keys`, 'done')}, lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)

@@ -199,7 +199,10 @@ export class Worker {
     while (this.state === 'running') {
       const room = target - this.inFlight;
       const slotsIdle = this.running.size < concurrency && this.buffered.length === 0;
-      if (this.moreWork && room > 0 && (room >= minBatch || slotsIdle)) {
+      // Backpressure: finished jobs whose outcome is not written yet still hold their leases.
+      // Claiming past them lets completions fall behind claims until leases expire unwritten.
+      const writesBehind = this.writes.size >= target;
+      if (this.moreWork && room > 0 && !writesBehind && (room >= minBatch || slotsIdle)) {
         const cooldownLeft = this.lastShortClaimAt + this.deps.wakeCooldownMs - performance.now();
         if (cooldownLeft > 0) await new Promise((resolve) => setTimeout(resolve, cooldownLeft));
         if (this.state !== 'running') break;
@@ -398,6 +401,9 @@ export class Worker {
       this.deps.logger.error(`Queue "${this.queue}": writing a job's outcome failed: ${(error as Error).message}. The reaper will recover the job when its lease expires.`);
     });
     this.writes.add(tracked);
-    void tracked.finally(() => this.writes.delete(tracked));
+    void tracked.finally(() => {
+      this.writes.delete(tracked);
+      this.poke(); // the claim loop may have waited for writes to catch up
+    });
   }
 }
