@@ -272,18 +272,30 @@ export function createQueries(schemaName: string): Queries {
                    AND w.status IN ('scheduled', 'pending')
                  ORDER BY w.id LIMIT 1) AS id
          FROM keys
-         WHERE NOT EXISTS (
-           SELECT 1 FROM ${jobs} h
-           WHERE h.queue_name = keys.q AND h.ordering_key = keys.k AND NOT h.key_waiting
-             AND h.status IN ('scheduled', 'pending', 'running', 'dead'))
+         -- "No head left", as a scalar subquery with LIMIT rather than NOT EXISTS: the planner
+         -- cannot turn it into an anti-join, which stale statistics make a hash of every head in
+         -- the queue. Each key is one probe of the head index.
+         WHERE (SELECT 1 FROM ${jobs} h
+                WHERE h.queue_name = keys.q AND h.ordering_key = keys.k AND NOT h.key_waiting
+                  AND h.status IN ('scheduled', 'pending', 'running', 'dead')
+                LIMIT 1) IS NULL
        ), promoted AS (
-         UPDATE ${jobs} AS j SET key_waiting = false FROM next WHERE j.id = next.id AND j.key_waiting
+         -- = ANY(ARRAY(…)), as in the claim, for the same reason: a join can become a walk of
+         -- every waiting job.
+         UPDATE ${jobs} AS j SET key_waiting = false
+         WHERE j.id = ANY (ARRAY(SELECT id FROM next)) AND j.key_waiting
          RETURNING j.queue_name, j.status
        ), forgotten AS (
-         DELETE FROM ${s}.ordering_keys AS ok USING keys
-         -- The = ANY conditions let the primary key find the rows; a join alone may scan them all.
-         WHERE ok.queue_name = ANY ($1::text[]) AND ok.ordering_key = ANY ($2::text[])
-           AND ok.queue_name = keys.q AND ok.ordering_key = keys.k AND ok.unfinished = 0
+         -- Each key row is found by its primary key, one probe per key, and deleted by its ctid:
+         -- given a join (even with = ANY on both columns) the planner may read every key row of
+         -- the queue per batch, O(keys) instead of O(batch). A row a producer updates meanwhile
+         -- has a new ctid and unfinished > 0: it is rechecked and kept.
+         DELETE FROM ${s}.ordering_keys AS ok
+         WHERE ok.ctid = ANY (ARRAY(
+                 SELECT (SELECT o.ctid FROM ${s}.ordering_keys o
+                         WHERE o.queue_name = keys.q AND o.ordering_key = keys.k AND o.unfinished = 0)
+                 FROM keys))
+           AND ok.unfinished = 0
        ), woken AS (
          SELECT count(pg_notify($3, d.queue_name)) AS n
          FROM (SELECT DISTINCT queue_name FROM promoted WHERE status = 'pending') d

@@ -1,5 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { PermanentJobError, RetryableJobError } from '../../lib/engine/index.js';
+import { createQueries } from '../../lib/engine/sql.js';
+import { claimParams, planNodes, type PlanNode } from '../support/claim-plan.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
@@ -171,3 +173,36 @@ test('fair claims: under a flood of high-priority jobs a low-priority job waits 
   expect(fairWait).toBeLessThan(Math.ceil(1 / 0.1));
   expect(strictWait).toBe(flood);
 }, 120_000);
+
+test("finishing a batch of keyed jobs reads only the batch's keys: promotion and forgetting probe each key, whatever the statistics say", async () => {
+  const keys = 5_000;
+  const batch = 40;
+  const queries = createQueries('pgqueue');
+  const q = fx.make();
+  await q.declareQueues(['promo']);
+  // Statistics taken while nothing waited: the trap for a join-shaped statement.
+  await fx.pool.query(`ANALYZE pgqueue.jobs, pgqueue.ordering_keys`);
+  for (let seq = 0; seq < 2; seq++) {
+    await q.enqueueMany(Array.from({ length: keys }, (_, key) => ({ queue: 'promo', payload: {}, options: { orderingKey: `p-${key}` } })));
+  }
+  const client = await fx.pool.connect();
+  try {
+    await client.query('BEGIN');
+    const claimed = (await client.query({ text: queries.claim.text, values: claimParams(queries, 'promo', batch) })).rows as { id: string; lease_token: string }[];
+    expect(claimed).toHaveLength(batch);
+    const [done] = (await client.query({ text: queries.completeMany.text, values: [claimed.map((r) => r.id), claimed.map((r) => r.lease_token), 'explainer'] })).rows;
+    expect(done.key_names).toHaveLength(batch);
+    const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${queries.promoteKeyHeads.text}`, [done.key_queues, done.key_names, 'pgqueue_test']);
+    const nodes = planNodes(rows[0]['QUERY PLAN'][0].Plan as PlanNode);
+    const read = (relation: string) =>
+      nodes
+        .filter((n) => n['Relation Name'] === relation && n['Node Type'] !== 'ModifyTable')
+        .reduce((sum, n) => sum + (n['Actual Rows'] ?? 0) * (n['Actual Loops'] ?? 1) + (n['Rows Removed by Filter'] ?? 0), 0);
+    // Each of the 40 keys: its key row, its next waiting job and its head check; never the 5,000 keys.
+    expect(read('ordering_keys')).toBeLessThanOrEqual(2 * batch);
+    expect(read('jobs')).toBeLessThanOrEqual(3 * batch);
+  } finally {
+    await client.query('ROLLBACK');
+    client.release();
+  }
+});

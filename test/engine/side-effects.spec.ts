@@ -72,6 +72,41 @@ test("a stale worker's ctx.complete writes nothing and learns it; the new owner'
   expect(job).toMatchObject({ status: 'succeeded', leaseToken: '2' });
 });
 
+test("ctx.complete waits at most lockTimeoutMs for a row someone else holds, writes nothing, and the attempt is retried", async () => {
+  const q = fx.make({ scheduler: { intervalMs: 20 } });
+  const holder = await fx.pool.connect();
+  const outcomes: string[] = [];
+  try {
+    q.work('tx-locked', async (job, ctx) => {
+      if (job.attempt === 1) {
+        // An operator's statement holds the job's row (as a cancellation waiting on it would).
+        await holder.query('BEGIN');
+        await holder.query(`SELECT 1 FROM pgqueue.jobs WHERE id = $1 FOR UPDATE`, [job.id]);
+      }
+      const started = performance.now();
+      try {
+        await ctx.complete(async (tx) => {
+          await tx.query({ text: `INSERT INTO ledger VALUES ($1, $2, 'locked')`, values: [job.id, job.attempt] });
+        }, { lockTimeoutMs: 200 });
+        outcomes.push(`attempt ${job.attempt}: completed`);
+      } catch (error) {
+        const waited = performance.now() - started;
+        outcomes.push(`attempt ${job.attempt}: ${(error as RetryableJobError).code} after ${waited >= 190 && waited < 2_000 ? '~200 ms' : `${waited} ms`}`);
+        await holder.query('ROLLBACK');
+        throw error;
+      }
+    }, { backoff: { baseMs: 0, maxMs: 0 } });
+    await q.start();
+    const id = await q.enqueue('tx-locked', {});
+    await waitForStatus(q, id, 'succeeded');
+    expect(outcomes).toEqual(['attempt 1: FENCE_LOCK_TIMEOUT after ~200 ms', 'attempt 2: completed']);
+    expect((await fx.pool.query(`SELECT token::int AS attempt FROM ledger WHERE job_id = $1`, [id])).rows).toEqual([{ attempt: 2 }]);
+    expect((await q.getJob(id))?.lastErrorCode).toBe('FENCE_LOCK_TIMEOUT');
+  } finally {
+    holder.release();
+  }
+});
+
 test('a confirmed effect is not repeated on a later attempt; its stored result is returned', async () => {
   const q = fx.make({ scheduler: { intervalMs: 20 } });
   const results: unknown[] = [];
