@@ -23,7 +23,7 @@ const logger = {
  */
 export async function loadEngine(enginePath, { key = 'ours', label } = {}) {
   const resolved = enginePath ? path.resolve(enginePath) : undefined;
-  const { PgQueue } = await import(resolved ? pathToFileURL(resolved).href : '../dist/engine/index.js');
+  const engine = await import(resolved ? pathToFileURL(resolved).href : '../dist/engine/index.js');
   return {
     key,
     label: label ?? (resolved ? `engine ${path.basename(path.resolve(resolved, '..', '..', '..'))}` : `${pkg.name} ${pkg.version}`),
@@ -35,7 +35,9 @@ export async function loadEngine(enginePath, { key = 'ours', label } = {}) {
      */
     latencyGapMs: [5, 25],
     workerParams,
-    open: (options) => open(PgQueue, options),
+    /** Runs the engine-only processing variants (ordering keys, fairness, ctx.complete, ctx.effect, retries). */
+    variants: true,
+    open: (options) => open(engine, options),
   };
 }
 
@@ -46,7 +48,23 @@ function workerParams({ concurrency, prefetch }) {
   return { concurrency, prefetch, poolSize: POOL_SIZE, wakeup: 'LISTEN/NOTIFY + 2 s poll' };
 }
 
-async function open(PgQueue, { url, schema, diag = false }) {
+/**
+ * What a variant's handler does besides counting the execution. `side` is a table of the bench's
+ * schema that the insert variants write one row per job to.
+ */
+const HANDLERS = {
+  'no-op': () => {},
+  // The baseline for complete-tx: the same insert, on its own connection, before a plain completion.
+  insert: (job, _ctx, { pool, side }) => pool.query(`INSERT INTO ${side} (job_id) VALUES ($1)`, [job.id]),
+  'complete-tx': (job, ctx, { side }) => ctx.complete((tx) => tx.query(`INSERT INTO ${side} (job_id) VALUES ($1)`, [job.id])),
+  effect: (_job, ctx) => ctx.effect('call', async (idempotencyKey) => ({ idempotencyKey })),
+  'fail-once': (_job, ctx, { engine }) => {
+    if (ctx.attempt === 1) throw new engine.RetryableJobError('the first attempt fails', { code: 'BENCH_RETRY', retryAfterMs: 0 });
+  },
+};
+
+async function open(engine, { url, schema, diag = false }) {
+  const { PgQueue } = engine;
   const pool = diag ? new pg.Pool({ connectionString: url, max: POOL_SIZE, application_name: 'nestjs-pg-queue' }) : undefined;
   const probe = pool ? instrumentPool(pool) : undefined;
   const queue = new PgQueue(pool ? { pool, schema, logger } : { connectionString: url, schema, logger });
@@ -54,20 +72,45 @@ async function open(PgQueue, { url, schema, diag = false }) {
   await queue.declareQueues([QUEUE]);
   const claims = [];
   let started = false;
+  let sideTable = false;
 
   return {
     enqueue: (payload) => queue.enqueue(QUEUE, payload),
-    enqueueMany: (payloads) => queue.enqueueMany(payloads.map((payload) => ({ queue: QUEUE, payload }))),
+    /** `optionsOf(payload)`: per-job enqueue options (a variant's ordering key). */
+    enqueueMany: (payloads, optionsOf) =>
+      queue.enqueueMany(payloads.map((payload) => ({ queue: QUEUE, payload, ...(optionsOf ? { options: optionsOf(payload) } : {}) }))),
 
-    async startWorker({ concurrency, prefetch, handler }) {
-      queue.work(QUEUE, (job) => handler(job.payload), { concurrency, prefetch }, { claimed: (n) => claims.push(n) });
+    /** `variant`: `{ handler: keyof HANDLERS, worker: extra HandlerOptions }` (default: a no-op, no options). */
+    async startWorker({ concurrency, prefetch, handler, variant = {} }) {
+      const work = HANDLERS[variant.handler ?? 'no-op'];
+      if (!work) throw new Error(`unknown handler variant ${variant.handler}`);
+      const side = `"${schema}".bench_side`;
+      if (variant.handler === 'insert' || variant.handler === 'complete-tx') {
+        await queue.pool.query(`CREATE TABLE ${side} (job_id bigint PRIMARY KEY)`);
+        sideTable = true;
+      }
+      const env = { pool: queue.pool, side, engine };
+      queue.work(
+        QUEUE,
+        async (job, ctx) => {
+          handler(job.payload);
+          await work(job, ctx, env);
+        },
+        { concurrency, prefetch, ...variant.worker },
+        { claimed: (n) => claims.push(n) },
+      );
       started = true;
       await queue.start();
     },
 
     async counts() {
       const { rows } = await queue.pool.query(`SELECT status::text AS state, count(*)::int AS n FROM "${schema}".jobs GROUP BY 1`);
-      return normalize(rows, 'succeeded');
+      const counts = normalize(rows, 'succeeded');
+      if (sideTable) {
+        const { rows: side } = await queue.pool.query(`SELECT count(*)::int AS n FROM "${schema}".bench_side`);
+        counts.sideRows = side[0].n;
+      }
+      return counts;
     },
 
     diagnostics() {

@@ -38,7 +38,9 @@ if (args.help) {
   --peer engine:P   A/B: another build of the engine (P = its dist/engine/index.js) as the peer
   --diag            per-run details on stderr (claim batches, statements, pool waits, CPU)
   --only LIST       comma-separated scenarios: enqueue_single, enqueue_bulk, process_pf10,
-                    process_pf100, process_pf500, latency
+                    process_pf100, process_pf500, latency, and the engine-only variants at
+                    prefetch 100: process_strict, process_keyed, process_insert,
+                    process_complete_tx, process_effect, process_retry
   --max-seconds S   cap of one processing run (default 60, 20 with --quick)
 `);
   process.exit(0);
@@ -72,8 +74,8 @@ else if (args.peer) systems.push(await import(PEERS[args.peer]));
 const checks = [];
 /** name → { unit, better, params, values: { systemKey: number[] }, capped: { systemKey: number } } */
 const figures = new Map();
-function figure(name, unit, better, params) {
-  if (!figures.has(name)) figures.set(name, { name, unit, better, params, values: {}, capped: {} });
+function figure(name, unit, better, params, scenario) {
+  if (!figures.has(name)) figures.set(name, { name, unit, better, params, scenario, values: {}, capped: {} });
   return figures.get(name);
 }
 
@@ -88,29 +90,19 @@ const scenarios = [
     declare: () => figure('enqueue.bulk', 'jobs/s', 'higher', { jobs: sizes.bulk, batch: BATCH, inFlight: 1 }),
     run: (sys) => enqueueBulk(sys, { jobs: sizes.bulk, batch: BATCH }),
   },
-  ...[10, 100, 500].map((prefetch) => ({
-    key: `process_pf${prefetch}`,
-    declare: () =>
-      figure(`process.c${CONCURRENCY}.pf${prefetch}`, 'jobs/s', 'higher', {
-        jobs: sizes.process,
-        concurrency: CONCURRENCY,
-        prefetch,
-        handler: 'no-op',
-        preInserted: `bulk, batches of ${BATCH}`,
-        maxSeconds: sizes.maxSeconds,
-        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, prefetch })),
-      }),
-    run: (sys, benchUrl) =>
-      processing(sys, {
-        jobs: sizes.process,
-        batch: BATCH,
-        concurrency: CONCURRENCY,
-        prefetch,
-        maxSeconds: sizes.maxSeconds,
-        benchUrl,
-        figure: `process.c${CONCURRENCY}.pf${prefetch}`,
-      }),
-  })),
+  ...[10, 100, 500].map((prefetch) => processingScenario(`process_pf${prefetch}`, `process.c${CONCURRENCY}.pf${prefetch}`, prefetch)),
+  // Engine-only variants at prefetch 100, each against process.c10.pf100 (the default claim:
+  // fairShare 0.1, no ordering keys). Peers and builds without `variants` skip them.
+  ...[
+    ['process_strict', 'strict', { worker: { fairShare: 0 } }, 'no-op, fairShare 0 (strict priority: the plain claim)'],
+    ['process_keyed', 'keyed', { orderingKeys: 1_000 }, 'no-op, jobs round-robin over 1,000 ordering keys'],
+    ['process_insert', 'insert', { handler: 'insert' }, 'inserts one row on its own connection, then returns'],
+    ['process_complete_tx', 'completeTx', { handler: 'complete-tx' }, 'inserts one row inside ctx.complete(tx => …)'],
+    ['process_effect', 'effect', { handler: 'effect' }, "ctx.effect('call', async key => …): a started and a confirmed record"],
+    ['process_retry', 'failOnce', { handler: 'fail-once', executionsPerJob: 2 }, 'throws RetryableJobError (retryAfterMs 0) on attempt 1, then succeeds'],
+  ].map(([key, suffix, variant, handler]) =>
+    processingScenario(key, `process.c${CONCURRENCY}.pf100.${suffix}`, 100, { ...variant, description: handler }),
+  ),
   {
     key: 'latency',
     declare: () => {
@@ -129,6 +121,36 @@ const scenarios = [
       latency(sys, { samples: sizes.samples, gapMinMs: module.latencyGapMs[0], gapMaxMs: module.latencyGapMs[1], concurrency: CONCURRENCY, prefetch: 10 }),
   },
 ];
+
+/** A processing figure: `sizes.process` pre-inserted jobs, one worker of CONCURRENCY handlers and `prefetch`. */
+function processingScenario(key, name, prefetch, variant) {
+  const { description, ...shape } = variant ?? {};
+  return {
+    key,
+    variant: Boolean(variant),
+    declare: () =>
+      figure(name, 'jobs/s', 'higher', {
+        jobs: sizes.process,
+        concurrency: CONCURRENCY,
+        prefetch,
+        handler: description ?? 'no-op',
+        preInserted: `bulk, batches of ${BATCH}`,
+        maxSeconds: sizes.maxSeconds,
+        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, prefetch })),
+      }, key),
+    run: (sys, benchUrl) =>
+      processing(sys, {
+        jobs: sizes.process,
+        batch: BATCH,
+        concurrency: CONCURRENCY,
+        prefetch,
+        maxSeconds: sizes.maxSeconds,
+        benchUrl,
+        figure: name,
+        ...(variant ? { variant: shape } : {}),
+      }),
+  };
+}
 
 const selected = args.only ? args.only.split(',').map((s) => s.trim()) : scenarios.map((s) => s.key);
 for (const key of selected) if (!scenarios.some((s) => s.key === key)) fail(`unknown scenario in --only: ${key}`);
@@ -167,6 +189,7 @@ try {
       // Interleaved (ours, peer, ours, peer, …) so that drifting noise hits both alike.
       for (const sys of systems) {
         if (interrupted) break;
+        if (scenario.variant && !sys.variants) continue;
         const schema = `b_${scenario.key}_${r}_${sys.key.replace(/[^a-z0-9]/g, '_')}`;
         const handle = await sys.open({ url: db.url, schema, diag: args.diag });
         let result;
@@ -185,13 +208,14 @@ try {
           .map(([name, value]) => `${name}=${format(value, figures.get(name).unit)}`)
           .join(' ');
         progress(`  ${scenario.key} run ${r}/${runs} ${sys.key}: ${shown}${result.capped ? ' (CAPPED/INCOMPLETE)' : ''}`);
-        if (args.diag || result.capped || (result.check && result.check.executions > result.check.jobs)) progress(`    detail: ${JSON.stringify(result.detail)}`);
+        if (args.diag || result.capped || (result.check && result.check.executions > result.check.expectedExecutions)) progress(`    detail: ${JSON.stringify(result.detail)}`);
         if (result.check) {
           const c = result.check;
           const problems = [];
           const notDone = Object.entries(c.byState).filter(([state]) => !['succeeded', 'completed'].includes(state));
           const failedStates = notDone.filter(([state]) => ['dead', 'failed', 'cancelled'].includes(state));
-          if (c.executions > c.jobs) problems.push(`${c.executions - c.jobs} extra handler executions (jobs ran more than once)`);
+          if (c.executions > c.expectedExecutions) problems.push(`${c.executions - c.expectedExecutions} extra handler executions (jobs ran more than expected)`);
+          if (c.sideRows !== undefined && c.sideRows !== c.succeeded) problems.push(`${c.sideRows} side rows for ${c.succeeded} succeeded jobs`);
           if (failedStates.length) problems.push(`jobs ended ${JSON.stringify(Object.fromEntries(failedStates))}`);
           const capped = c.succeeded !== c.jobs;
           const status = problems.length ? 'FAILED' : capped ? 'capped' : 'ok';
@@ -229,7 +253,7 @@ if (args.json) {
         params: f.params,
       };
       if (f.capped[sys.key]) out.cappedRuns = f.capped[sys.key];
-      const figureChecks = checks.filter((c) => c.system === sys.key && f.name.startsWith('process.') && c.scenario === `process_${f.name.split('.')[2]}`);
+      const figureChecks = checks.filter((c) => c.system === sys.key && c.scenario === f.scenario);
       if (figureChecks.length) out.checks = figureChecks.map(({ run, status, problems }) => ({ run, status, problems }));
       if (sys === ours && peer) out.ratioToPeer = mine.median / summarize(f.values[peer.key] ?? []).median;
       process.stdout.write(`${JSON.stringify(out)}\n`);

@@ -35,15 +35,22 @@ export async function enqueueBulk(sys, { jobs, batch }) {
  * succeeded (handlers counted in process; then the table is read every 25 ms until the last
  * completions are visible). Stops at `maxSeconds`: the figure is then the jobs succeeded by
  * then per second, and the run is marked capped.
+ *
+ * `variant` (engine only, see bench/ours.mjs): `orderingKeys` spreads the jobs round-robin over
+ * that many ordering keys; `handler` and `worker` choose what the handler does and extra handler
+ * options; `executionsPerJob` is how often each job's handler is expected to run (2 for fail-once).
  */
-export async function processing(sys, { jobs, batch, concurrency, prefetch, maxSeconds, benchUrl, figure }) {
+export async function processing(sys, { jobs, batch, concurrency, prefetch, maxSeconds, benchUrl, figure, variant }) {
+  const keys = variant?.orderingKeys;
+  const optionsOf = keys ? (payload) => ({ orderingKey: `k${payload.i % keys}` }) : undefined;
   for (let start = 0; start < jobs; start += batch) {
-    await sys.enqueueMany(range(start, Math.min(jobs, start + batch)).map(payloadOf));
+    await sys.enqueueMany(range(start, Math.min(jobs, start + batch)).map(payloadOf), optionsOf);
   }
   await analyze(benchUrl);
   const before = await sys.counts();
   if (before.total !== jobs) throw new Error(`expected ${jobs} jobs before the worker starts, found ${before.total}`);
 
+  const expectedExecutions = jobs * (variant?.executionsPerJob ?? 1);
   let handled = 0;
   let allHandled;
   const done = new Promise((resolve) => (allHandled = resolve));
@@ -51,12 +58,12 @@ export async function processing(sys, { jobs, batch, concurrency, prefetch, maxS
   const handler = () => {
     handled += 1;
     lastHandlerAt = performance.now();
-    if (handled === jobs) allHandled();
+    if (handled === expectedExecutions) allHandled();
   };
   const cpu = cpuMeter();
   const t0 = performance.now();
   const deadline = t0 + maxSeconds * 1000;
-  await sys.startWorker({ concurrency, prefetch, handler });
+  await sys.startWorker({ concurrency, prefetch, handler, ...(variant ? { variant } : {}) });
   await Promise.race([done, sleep(Math.max(0, deadline - performance.now()))]);
   let counts;
   for (;;) {
@@ -74,8 +81,12 @@ export async function processing(sys, { jobs, batch, concurrency, prefetch, maxS
       jobs,
       succeeded: counts.succeeded,
       byState: counts.byState,
-      // A no-op handler never fails: more executions than jobs means jobs ran twice (leases expired).
+      // The handlers never fail (fail-once: exactly once): more executions than that means jobs
+      // ran twice (leases expired).
       executions: handled,
+      expectedExecutions,
+      // Insert variants: one side row per job, exactly (complete-tx: written with the completion).
+      ...(counts.sideRows !== undefined ? { sideRows: counts.sideRows } : {}),
     },
     detail: {
       seconds: round(seconds),
