@@ -49,19 +49,20 @@ function workerParams({ concurrency, prefetch }) {
 }
 
 /**
- * What a variant's handler does besides counting the execution. `side` is a table of the bench's
- * schema that the insert variants write one row per job to.
+ * What a variant's handler does besides counting the execution. `insertSide(db, job)` writes the
+ * job's one row to a table of the bench's schema (the variants in SIDE_TABLE_HANDLERS).
  */
 const HANDLERS = {
   'no-op': () => {},
   // The baseline for complete-tx: the same insert, on its own connection, before a plain completion.
-  insert: (job, _ctx, { pool, side }) => pool.query(`INSERT INTO ${side} (job_id) VALUES ($1)`, [job.id]),
-  'complete-tx': (job, ctx, { side }) => ctx.complete((tx) => tx.query(`INSERT INTO ${side} (job_id) VALUES ($1)`, [job.id])),
+  insert: (job, _ctx, { pool, insertSide }) => insertSide(pool, job),
+  'complete-tx': (job, ctx, { insertSide }) => ctx.complete((tx) => insertSide(tx, job)),
   effect: (_job, ctx) => ctx.effect('call', async (idempotencyKey) => ({ idempotencyKey })),
   'fail-once': (_job, ctx, { engine }) => {
     if (ctx.attempt === 1) throw new engine.RetryableJobError('the first attempt fails', { code: 'BENCH_RETRY', retryAfterMs: 0 });
   },
 };
+const SIDE_TABLE_HANDLERS = new Set(['insert', 'complete-tx']);
 
 async function open(engine, { url, schema, diag = false }) {
   const { PgQueue } = engine;
@@ -71,6 +72,7 @@ async function open(engine, { url, schema, diag = false }) {
   await queue.migrate();
   await queue.declareQueues([QUEUE]);
   const claims = [];
+  const side = `"${schema}".bench_side`;
   let started = false;
   let sideTable = false;
 
@@ -84,12 +86,10 @@ async function open(engine, { url, schema, diag = false }) {
     async startWorker({ concurrency, prefetch, handler, variant = {} }) {
       const work = HANDLERS[variant.handler ?? 'no-op'];
       if (!work) throw new Error(`unknown handler variant ${variant.handler}`);
-      const side = `"${schema}".bench_side`;
-      if (variant.handler === 'insert' || variant.handler === 'complete-tx') {
-        await queue.pool.query(`CREATE TABLE ${side} (job_id bigint PRIMARY KEY)`);
-        sideTable = true;
-      }
-      const env = { pool: queue.pool, side, engine };
+      sideTable = SIDE_TABLE_HANDLERS.has(variant.handler);
+      if (sideTable) await queue.pool.query(`CREATE TABLE ${side} (job_id bigint PRIMARY KEY)`);
+      const insertSide = (db, job) => db.query({ text: `INSERT INTO ${side} (job_id) VALUES ($1)`, values: [job.id] });
+      const env = { pool: queue.pool, insertSide, engine };
       queue.work(
         QUEUE,
         async (job, ctx) => {
@@ -107,8 +107,8 @@ async function open(engine, { url, schema, diag = false }) {
       const { rows } = await queue.pool.query(`SELECT status::text AS state, count(*)::int AS n FROM "${schema}".jobs GROUP BY 1`);
       const counts = normalize(rows, 'succeeded');
       if (sideTable) {
-        const { rows: side } = await queue.pool.query(`SELECT count(*)::int AS n FROM "${schema}".bench_side`);
-        counts.sideRows = side[0].n;
+        const { rows: sideCount } = await queue.pool.query(`SELECT count(*)::int AS n FROM ${side}`);
+        counts.sideRows = sideCount[0].n;
       }
       return counts;
     },

@@ -7,24 +7,13 @@
 //
 // Uses a database of its own (dropped at the end) and the completeMany text of dist/engine/sql.js.
 import { createQueries } from '../../dist/engine/sql.js';
-import { PgQueue } from '../../dist/engine/index.js';
-import { createBenchDatabase, withClient } from '../lib/db.mjs';
+import { withClient } from '../lib/db.mjs';
+import { PROBE_SCHEMA as schema, withProbeQueue } from '../lib/probe.mjs';
 
 const [jobs, running, batch] = [Number(process.argv[2] ?? 40_000), Number(process.argv[3] ?? 30_000), Number(process.argv[4] ?? 400)];
-const serverUrl = process.env.DATABASE_URL;
-if (!serverUrl) throw new Error('set DATABASE_URL');
-const schema = 'probe';
-const db = await createBenchDatabase(serverUrl);
-try {
-  const queue = new PgQueue({ connectionString: db.url, schema });
-  await queue.migrate();
-  await queue.declareQueues(['bench']);
-  for (let i = 0; i < jobs; i += 500) {
-    await queue.enqueueMany(Array.from({ length: Math.min(500, jobs - i) }, (_, k) => ({ queue: 'bench', payload: { i: i + k } })));
-  }
-  await queue.stop();
+// Statistics: every job pending, none running.
+await withProbeQueue({ jobs }, async (db) => {
   await withClient(db.url, async (c) => {
-    await c.query('ANALYZE'); // statistics: every job pending, none running
     // Claim `running` jobs the way the claim does (status, owner, token, lease, deadline), in one go.
     const { rows } = await c.query(
       `UPDATE ${schema}.jobs SET status = 'running', lease_owner = 'probe', lease_token = lease_token + 1,
@@ -52,6 +41,4 @@ try {
       console.log(plan.rows.map((r) => r['QUERY PLAN']).join('\n'));
     }
   });
-} finally {
-  await db.drop();
-}
+});

@@ -9,31 +9,17 @@
 // Statistics are taken after the enqueue; STALE=1 takes them before it, while the queue was empty.
 // Uses a database of its own (dropped at the end) and the statement texts of dist/engine/sql.js.
 import { createQueries } from '../../dist/engine/sql.js';
-import { PgQueue } from '../../dist/engine/index.js';
-import { createBenchDatabase, withClient } from '../lib/db.mjs';
+import { withClient } from '../lib/db.mjs';
+import { PROBE_QUEUE, PROBE_SCHEMA as schema, withProbeQueue } from '../lib/probe.mjs';
 
 const [keys, jobs, batch] = [Number(process.argv[2] ?? 10_000), Number(process.argv[3] ?? 100_000), Number(process.argv[4] ?? 20)];
-const serverUrl = process.env.DATABASE_URL;
-if (!serverUrl) throw new Error('set DATABASE_URL');
-const schema = 'probe';
-const db = await createBenchDatabase(serverUrl);
-try {
-  const queue = new PgQueue({ connectionString: db.url, schema });
-  await queue.migrate();
-  await queue.declareQueues(['bench']);
-  if (process.env.STALE) await withClient(db.url, (c) => c.query('ANALYZE'));
-  for (let i = 0; i < jobs; i += 500) {
-    await queue.enqueueMany(
-      Array.from({ length: Math.min(500, jobs - i) }, (_, k) => ({ queue: 'bench', payload: {}, options: { orderingKey: `k${(i + k) % keys}` } })),
-    );
-  }
-  await queue.stop();
-  if (!process.env.STALE) await withClient(db.url, (c) => c.query('ANALYZE'));
+const fill = { jobs, optionsOf: (i) => ({ orderingKey: `k${i % keys}` }), analyzeBeforeFill: Boolean(process.env.STALE) };
+await withProbeQueue(fill, async (db) => {
   const queries = createQueries(schema);
   await withClient(db.url, async (c) => {
     await c.query('BEGIN');
     // The worker's claim, then the completer's statements, as the engine sends them; rolled back.
-    const { rows: claimed } = await c.query(queries.claim.text, ['bench', 'probe', batch, 30_000, 900_000, 5, 1_000, 600_000, 0]);
+    const { rows: claimed } = await c.query(queries.claim.text, [PROBE_QUEUE, 'probe', batch, 30_000, 900_000, 5, 1_000, 600_000, 0]);
     const explain = async (label, statement, values) => {
       const started = performance.now();
       const { rows } = await c.query(`EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) ${statement.text}`, values);
@@ -47,6 +33,4 @@ try {
     await explain(`promote-key-heads of ${claimed.length} keys (${keys} keys, ${jobs} jobs)`, queries.promoteKeyHeads, [released[0].q, released[0].k, 'probe']);
     await c.query('ROLLBACK');
   });
-} finally {
-  await db.drop();
-}
+});
