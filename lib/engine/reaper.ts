@@ -2,6 +2,7 @@ import { requireInteger, withDefaults } from './config.js';
 import { run, type Queryable } from './db.js';
 import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
+import { isTransientDatabaseError } from './pg-errors.js';
 import { PeriodicRunner } from './service.js';
 import type { Queries } from './sql.js';
 
@@ -25,14 +26,33 @@ export interface ReapResult {
   readonly batches: number;
 }
 
+interface ReapedRow {
+  id: string;
+  queue_name: string;
+  status: string;
+  last_error_code: string;
+  attempt_count: number;
+}
+
+/** Rows set aside in memory at most; past it, a poisoned row is retried (and logged) every pass. */
+const SET_ASIDE_MAX = 10_000;
+
 /**
  * Recovers jobs whose lease expired: their worker crashed, hung, or lost its connection. Safe to
  * run in every process at once: each batch locks its rows with SKIP LOCKED, so reapers split the
  * work instead of waiting on each other, and all comparisons use the database's clock.
+ *
+ * One row never fails a pass. The expired leases a batch takes are the oldest, so a row that
+ * makes the batch statement fail would be first in every later batch too, and every expired lease
+ * of every queue would stay 'running' behind it. When a batch fails for a reason other than the
+ * database being away, its rows are recovered one at a time; a row that fails alone is marked dead
+ * (REAP_FAILED, visible and replayable), and one that cannot even be marked dead is set aside for
+ * the life of the process and logged once.
  */
 export class Reaper {
   readonly config: ReaperConfig;
   private readonly runner: PeriodicRunner;
+  private readonly setAside = new Set<string>();
 
   constructor(
     private readonly db: Queryable,
@@ -59,11 +79,16 @@ export class Reaper {
     let dead = 0;
     let batches = 0;
     while (batches < this.config.maxBatchesPerPass) {
-      const rows = await run<{ id: string; queue_name: string; status: string; last_error_code: string; attempt_count: number }>(
-        this.db,
-        this.queries.reapExpired,
-        [this.config.batchSize],
-      );
+      let rows: ReapedRow[];
+      let full: boolean;
+      try {
+        rows = await run<ReapedRow>(this.db, this.queries.reapExpired, [this.config.batchSize, [...this.setAside], null]);
+        full = rows.length === this.config.batchSize;
+      } catch (error) {
+        if (isTransientDatabaseError(error)) throw error;
+        this.logger.warn(`Reaper batch failed (${(error as Error).message}); recovering its expired leases one at a time.`);
+        ({ rows, full } = await this.reapOneByOne());
+      }
       batches += 1;
       for (const row of rows) {
         this.metrics.increment('lease_expired', { queue: row.queue_name, code: row.last_error_code });
@@ -72,13 +97,43 @@ export class Reaper {
         if (row.status === 'dead') dead += 1;
       }
       reaped += rows.length;
-      if (rows.length < this.config.batchSize) break;
+      if (!full) break;
     }
     if (reaped > 0) {
       this.logger.log(`Reaper recovered ${reaped} expired lease(s) (${dead} dead).`);
       this.onReaped();
     }
     return { reaped, dead, batches };
+  }
+
+  /** A batch's worth of expired leases, each in a statement of its own; `full` when a batch's worth was found. */
+  private async reapOneByOne(): Promise<{ rows: ReapedRow[]; full: boolean }> {
+    const candidates = await run<{ id: string }>(this.db, this.queries.expiredLeaseIds, [this.config.batchSize, [...this.setAside]]);
+    const rows: ReapedRow[] = [];
+    for (const { id } of candidates) {
+      let failure: unknown;
+      try {
+        rows.push(...(await run<ReapedRow>(this.db, this.queries.reapExpired, [1, [], id])));
+        continue;
+      } catch (error) {
+        if (isTransientDatabaseError(error)) throw error;
+        failure = error;
+      }
+      const message = `the reaper could not recover the expired lease: ${String((failure as Error).message).slice(0, 900)}`;
+      try {
+        const marked = await run<ReapedRow>(this.db, this.queries.reapAsDead, [id, message]);
+        rows.push(...marked);
+        if (marked.length > 0) this.logger.error(`Reaper: job ${id} could not be recovered (${(failure as Error).message}); it is dead with code REAP_FAILED.`);
+        continue;
+      } catch (error) {
+        if (isTransientDatabaseError(error)) throw error;
+      }
+      if (this.setAside.size < SET_ASIDE_MAX) this.setAside.add(id);
+      this.logger.error(
+        `Reaper: job ${id} could not be recovered nor marked dead (${(failure as Error).message}); this process leaves it alone until it restarts. Inspect the row.`,
+      );
+    }
+    return { rows, full: candidates.length === this.config.batchSize };
   }
 
   start(): void {

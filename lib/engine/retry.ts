@@ -50,6 +50,13 @@ export function classifyFailure(thrown: unknown, abortCode?: AbortCode): Classif
   };
 }
 
+/**
+ * The largest exponent the backoff doubles by, here and in the reaper's SQL. 2^62 times any int4
+ * base is far past every int4 cap, and far below float8's limit (2^1023): without the bound, an
+ * attempt past ~1,016 overflows float8 (the whole reaper batch failed), and in JS 0 * 2^1100 is NaN.
+ */
+export const BACKOFF_MAX_EXPONENT = 62;
+
 export interface RetryDecision {
   readonly dead: boolean;
   /** Delay before the next attempt, when not dead. */
@@ -79,7 +86,7 @@ export function decideRetry(
  * retrying them in lockstep. The reaper computes the same formula in SQL.
  */
 export function backoffDelayMs(attempt: number, backoff: BackoffOptions, random: () => number = Math.random): number {
-  const cap = Math.min(backoff.maxMs, backoff.baseMs * 2 ** Math.max(attempt - 1, 0));
+  const cap = Math.min(backoff.maxMs, backoff.baseMs * 2 ** Math.min(Math.max(attempt - 1, 0), BACKOFF_MAX_EXPONENT));
   return Math.floor(random() * cap);
 }
 

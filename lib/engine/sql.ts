@@ -1,4 +1,5 @@
 import { quoteIdentifier, validateSchemaName } from './identifiers.js';
+import { BACKOFF_MAX_EXPONENT } from './retry.js';
 
 /**
  * Every SQL statement of the engine, named after what it does. The schema is the only text
@@ -39,10 +40,10 @@ function ms(value: string): string {
   return `(${value} * interval '1 millisecond')`;
 }
 
-/** Backoff with full jitter, in SQL, for the reaper: uniform in [0, min(max, base * 2^(attempt-1))]. */
+/** Backoff with full jitter, in SQL, for the reaper: uniform in [0, min(max, base * 2^(attempt-1))], as in retry.ts. */
 function jitteredBackoffMs(job: string): string {
   return `floor(random() * least(${job}.backoff_max_ms::float8,
-    ${job}.backoff_base_ms::float8 * power(2::float8, greatest(${job}.attempt_count - 1, 0))))`;
+    ${job}.backoff_base_ms::float8 * power(2::float8, least(greatest(${job}.attempt_count - 1, 0), ${BACKOFF_MAX_EXPONENT}))))`;
 }
 
 /**
@@ -76,6 +77,8 @@ export interface Queries {
   readonly heartbeat: QueryText;
   readonly release: QueryText;
   readonly reapExpired: QueryText;
+  readonly reapAsDead: QueryText;
+  readonly expiredLeaseIds: QueryText;
   readonly promoteScheduled: QueryText;
   readonly nextScheduledInMs: QueryText;
   readonly getJob: QueryText;
@@ -401,7 +404,8 @@ export function createQueries(schemaName: string): Queries {
      * carries its policy, filled at claim), or to 'dead' when attempts are exhausted. Bounded ($1)
      * so one pass is a short transaction even after a mass crash, and SKIP LOCKED so concurrent
      * reapers split the work instead of queueing on each other. Database time only.
-     * $1 limit.
+     * $1 limit, $2 ids to leave alone (rows a pass could not recover, see Reaper), $3 only this id
+     * (NULL: any).
      */
     reapExpired: q(
       'reap-expired',
@@ -409,6 +413,7 @@ export function createQueries(schemaName: string): Queries {
          SELECT id, lease_owner, lease_token, lease_expires_at >= deadline_at AS at_deadline
          FROM ${jobs}
          WHERE status = 'running' AND lease_expires_at <= now()
+           AND id <> ALL ($2::bigint[]) AND ($3::bigint IS NULL OR id = $3)
          ORDER BY lease_expires_at
          LIMIT $1
          FOR UPDATE SKIP LOCKED
@@ -432,6 +437,37 @@ export function createQueries(schemaName: string): Queries {
          FROM reaped
        )
        SELECT id::text AS id, queue_name, status::text AS status, last_error_code, attempt_count FROM reaped`,
+    ),
+
+    /** Expired leases, oldest first, without locking them: what the reaper tries one by one. $1 limit, $2 ids to leave alone. */
+    expiredLeaseIds: q(
+      'expired-lease-ids',
+      `SELECT id::text AS id FROM ${jobs}
+       WHERE status = 'running' AND lease_expires_at <= now() AND id <> ALL ($2::bigint[])
+       ORDER BY lease_expires_at LIMIT $1`,
+    ),
+
+    /**
+     * The reaper's last resort for one expired lease whose normal recovery failed (see Reaper):
+     * the job goes dead with code REAP_FAILED and the database's error as its message, so it is
+     * visible and replayable instead of 'running' forever. Nothing here computes anything that
+     * could fail. $1 id, $2 message.
+     */
+    reapAsDead: q(
+      'reap-as-dead',
+      `WITH reaped AS (
+         UPDATE ${jobs} AS j
+         SET status = 'dead', finished_at = now(), last_error_code = 'REAP_FAILED', last_error_message = $2,
+             lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL
+         FROM (SELECT id, lease_owner, lease_token FROM ${jobs}
+               WHERE id = $1 AND status = 'running' AND lease_expires_at <= now() FOR UPDATE SKIP LOCKED) e
+         WHERE j.id = e.id
+         RETURNING j.id, j.queue_name, j.attempt_count, e.lease_owner, e.lease_token
+       ), audit AS (
+         INSERT INTO ${events} (job_id, kind, from_status, to_status, attempt, lease_token, worker, error_code, message)
+         SELECT id, 'dead', 'running', 'dead', attempt_count, lease_token, lease_owner, 'REAP_FAILED', $2 FROM reaped
+       )
+       SELECT id::text AS id, queue_name, 'dead' AS status, 'REAP_FAILED' AS last_error_code, attempt_count FROM reaped`,
     ),
 
     /**

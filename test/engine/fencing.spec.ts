@@ -23,7 +23,7 @@ test("a stale worker's completion, failure and heartbeat change nothing once ano
 
   // A's lease expires; the reaper returns the job; B claims it with the next token.
   await new Promise((r) => setTimeout(r, 250));
-  const reaped = await run<{ id: string; status: string }>(fx.pool, queries.reapExpired, [100]);
+  const reaped = await run<{ id: string; status: string }>(fx.pool, queries.reapExpired, [100, [], null]);
   expect(reaped).toEqual([expect.objectContaining({ id, status: 'scheduled' })]);
   await run(fx.pool, queries.promoteScheduled, [100, 'pgqueue:wake']);
   const [b] = await claim('worker-b', 30_000);

@@ -1,0 +1,61 @@
+/**
+ * What PostgreSQL (and the connection to it) tells us about a failure, decoded in one place.
+ *
+ * A *transient* database error says nothing about the job or the statement: the same work is
+ * expected to succeed when tried again (the connection dropped, the server is restarting, a
+ * serialization failure or deadlock chose us as the victim, a lock or statement timed out). Every
+ * layer that classifies or retries a failure asks `isTransientDatabaseError`, so a handler's own
+ * query that hits a restart is retried like the engine's own statements are.
+ */
+
+/**
+ * SQLSTATEs that are transient wherever they are raised, besides classes 08 (connection exception)
+ * and 40 (transaction rollback: serialization failure, deadlock). Anything else the server raises
+ * is about the statement or the data, and keeps the caller's normal classification.
+ */
+const TRANSIENT_STATES = new Set([
+  '57P01', // admin_shutdown: the server is shutting down (a restart, a failover)
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now: the server is starting up
+  '55P03', // lock_not_available: lock_timeout, NOWAIT
+]);
+
+/**
+ * Node and pg errors of a connection that is gone or never came: no SQLSTATE, since the server
+ * never answered. Matched by their codes first, by pg's own messages second.
+ */
+const CONNECTION_CODES = new Set(['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTCONN', 'EAI_AGAIN']);
+const CONNECTION_MESSAGES = [
+  /Connection terminated/i,
+  /Client has encountered a connection error/i,
+  /Client was closed and is not queryable/i,
+  /timeout exceeded when trying to connect/i,
+  /Query read timeout/i,
+  /connection timeout/i,
+  /the database system is (starting up|shutting down|in recovery mode)/i,
+];
+
+/** The SQLSTATE of an error the server raised, if it is one. */
+export function sqlState(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && /\d/.test(code) ? code : undefined;
+}
+
+/** The connection to the database failed (as opposed to a statement the database refused). */
+export function isConnectionError(error: unknown): boolean {
+  if (error === null || typeof error !== 'object') return false;
+  const state = sqlState(error);
+  // 53300 too_many_connections: no connection could be had, which is the same as none.
+  if (state !== undefined) return state.startsWith('08') || state === '57P01' || state === '57P02' || state === '57P03' || state === '53300';
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === 'string' && CONNECTION_CODES.has(code)) return true;
+  const message = (error as { message?: unknown }).message;
+  return typeof message === 'string' && CONNECTION_MESSAGES.some((pattern) => pattern.test(message));
+}
+
+/** Trying the same work again is expected to succeed (see the file's comment). */
+export function isTransientDatabaseError(error: unknown): boolean {
+  const state = sqlState(error);
+  if (state !== undefined && (state.startsWith('08') || state.startsWith('40') || TRANSIENT_STATES.has(state))) return true;
+  return isConnectionError(error);
+}
