@@ -84,18 +84,20 @@ export class Completer {
     for (let attempt = 1; ; attempt++) {
       try {
         const values = [batch.map((p) => p.id), batch.map((p) => p.token), this.owner];
-        type Row = { id: string; applied: boolean; loss: string } & ReleasedKeys;
+        type Row = { id: string; token: string; applied: boolean; loss: string; status: string | null } & ReleasedKeys;
         // Jobs without an ordering key complete in one autocommit statement; a batch with keyed
         // jobs also promotes the keys' next heads, in the same transaction.
         const rows = batch.some((p) => p.keyed)
           ? await runReleasingKeys<Row>(this.pool, this.queries, this.channel, this.queries.completeMany, values)
           : await run<Row>(this.pool, this.queries.completeMany, values);
-        const byId = new Map(rows.map((r) => [r.id, r]));
+        // By (id, token): a stale and a current completion of one job may share a batch.
+        const byAttempt = new Map(rows.map((r) => [`${r.id}:${r.token}`, r]));
         for (const pending of batch) {
-          const row = byId.get(pending.id);
+          const row = byAttempt.get(`${pending.id}:${pending.token}`);
           const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
-          // After a retried write, "finished" under our own token means the earlier attempt did commit.
-          const applied = row?.applied === true || (attempt > 1 && reason === 'finished');
+          // A retried write whose earlier try committed finds the job succeeded by this very claim
+          // (same token and owner); that, and only that, counts as applied.
+          const applied = row?.applied === true || (attempt > 1 && reason === 'finished' && row?.status === 'succeeded');
           pending.resolve(applied ? { applied: true } : { applied: false, reason });
         }
         return;

@@ -149,7 +149,7 @@ export class Lease {
   async lostOn(operation: 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect', recordInHistory = false): Promise<LeaseLostError> {
     const [row] = recordInHistory
       ? await run<{ loss: string }>(this.deps.db, this.deps.queries.recordFenceLoss, [this.job.id, this.job.leaseToken, this.deps.owner])
-      : await run<{ loss: string }>(this.deps.db, this.deps.queries.fenceLoss, [this.job.id, this.job.leaseToken]);
+      : await run<{ loss: string }>(this.deps.db, this.deps.queries.fenceLoss, [this.job.id, this.job.leaseToken, this.deps.owner]);
     const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
     this.markLost(reason, operation);
     return new LeaseLostError(this.job.id, this.job.leaseToken, reason);

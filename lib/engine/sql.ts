@@ -20,18 +20,24 @@ function fence(job: string, id: string, owner: string, token: string): string {
   // (lease_expires_at WHERE status = 'running') cannot serve. With it, a planner misled by stale
   // statistics walks every running row for each fenced write; without it, the row is found by its
   // primary key, whatever the statistics say.
+  //
+  // clock_timestamp(), not now(): now() is the start of the transaction, and a fenced statement
+  // can run long after it began: inside a caller's transaction (ctx.complete with { client }),
+  // or after waiting for a row lock. A lease that expired meanwhile must refuse the write.
   return `${job}.id = ${id} AND ${job}.lease_owner = ${owner} AND ${job}.lease_token = ${token}
-    AND ${job}.status::text = 'running' AND ${job}.lease_expires_at > now()`;
+    AND ${job}.status::text = 'running' AND ${job}.lease_expires_at > clock_timestamp()`;
 }
 
 /**
  * Why a fenced write matched nothing, read from the row as the statement saw it. Cancelled wins;
- * "finished" only when our own claim finished it (a second completion); everything else is a lost
- * lease (expired, reaped, or reclaimed under a newer token).
+ * "finished" only when this claim finished it (a second completion: the job succeeded or died by
+ * its own worker's write, under the same token and owner; the reaper and operators clear
+ * lease_owner when they end a job); everything else is a lost lease (expired, reaped, or
+ * reclaimed under a newer token).
  */
-function fenceLossCode(job: string, token: string): string {
+function fenceLossCode(job: string, token: string, owner: string): string {
   return `CASE WHEN ${job}.status = 'cancelled' THEN 'CANCELLED'
-    WHEN ${job}.lease_token = ${token} AND ${job}.status IN ('succeeded', 'dead') THEN 'FINISHED'
+    WHEN ${job}.lease_token = ${token} AND ${job}.lease_owner = ${owner} AND ${job}.status IN ('succeeded', 'dead') THEN 'FINISHED'
     ELSE 'LEASE_LOST' END`;
 }
 
@@ -232,7 +238,11 @@ export function createQueries(schemaName: string): Queries {
 
     /**
      * Completes a batch of jobs in one statement, each row still fenced on its own: a stale row is
-     * refused (and recorded as a lost fence) while the others complete. Reports every row's outcome.
+     * refused (and recorded as a lost fence) while the others complete. Reports every row's outcome
+     * by (id, token): one batch may hold a stale and a current completion of the same job, and only
+     * the current one is applied. `status` is the row's status before this statement (a retried
+     * write learns from it whether its earlier try committed). The worker's lease_owner stays on
+     * the row: it says who finished the job (see fenceLossCode).
      * $1 ids, $2 tokens, $3 owner.
      */
     completeMany: q(
@@ -241,21 +251,22 @@ export function createQueries(schemaName: string): Queries {
          SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
        ), done AS (
          UPDATE ${jobs} AS j
-         SET status = 'succeeded', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL
+         SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
          FROM input i
          -- = ANY($1): a primary-key probe per id, however the planner sizes unnest().
          WHERE j.id = ANY ($1::bigint[]) AND ${fence('j', 'i.id', '$3', 'i.token')}
-         RETURNING j.id, j.queue_name, j.ordering_key
+         RETURNING j.id, i.token, j.queue_name, j.ordering_key
        ), ${releaseKeys(`${s}.ordering_keys`, 'done')}, lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
-         SELECT j.id, 'lost_fence', j.status, j.attempt_count, i.token, $3, ${fenceLossCode('j', 'i.token')}
+         SELECT j.id, 'lost_fence', j.status, j.attempt_count, i.token, $3, ${fenceLossCode('j', 'i.token', '$3')}
          FROM input i JOIN ${jobs} j ON j.id = i.id
-         WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.id = i.id)
+         WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.id = i.id AND d.token = i.token)
        )
-       SELECT i.id::text AS id, d.id IS NOT NULL AS applied,
-              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token')} END AS loss,
+       SELECT i.id::text AS id, i.token::text AS token, d.id IS NOT NULL AS applied,
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token', '$3')} END AS loss,
+              j.status::text AS status,
               ${RELEASED_KEYS_COLUMNS}
-       FROM input i LEFT JOIN done d ON d.id = i.id LEFT JOIN ${jobs} j ON j.id = i.id`,
+       FROM input i LEFT JOIN done d ON d.id = i.id AND d.token = i.token LEFT JOIN ${jobs} j ON j.id = i.id`,
     ),
 
     /**
@@ -321,7 +332,8 @@ export function createQueries(schemaName: string): Queries {
                            ELSE 'pending'::${status} END,
              available_at = CASE WHEN $4::boolean THEN j.available_at ELSE now() + ${ms('$5::bigint')} END,
              finished_at = CASE WHEN $4::boolean THEN now() END,
-             lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL,
+             -- A job this worker ends keeps its owner: the record of who finished it.
+             lease_owner = CASE WHEN $4::boolean THEN j.lease_owner END, lease_expires_at = NULL, deadline_at = NULL,
              last_error_code = $6, last_error_message = $7
          FROM target t
          WHERE ${fence('j', 't.id', 't.owner', 't.token')}
@@ -332,12 +344,12 @@ export function createQueries(schemaName: string): Queries {
                 m.attempt_count, t.token, t.owner, $6, $7
          FROM moved m CROSS JOIN target t
          UNION ALL
-         SELECT j.id, 'lost_fence', j.status, NULL, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token')}, NULL
+         SELECT j.id, 'lost_fence', j.status, NULL, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token', 't.owner')}, NULL
          FROM target t JOIN ${jobs} j ON j.id = t.id
          WHERE NOT EXISTS (SELECT 1 FROM moved)
        )
        SELECT (SELECT count(*) FROM moved)::int AS applied,
-              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token')} END AS loss
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
        FROM target t LEFT JOIN ${jobs} j ON j.id = t.id`,
     ),
 
@@ -357,12 +369,12 @@ export function createQueries(schemaName: string): Queries {
                    j.lease_expires_at >= j.deadline_at AS lease_at_deadline
        ), lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
-         SELECT j.id, 'lost_fence', j.status, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token')}
+         SELECT j.id, 'lost_fence', j.status, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token', 't.owner')}
          FROM target t JOIN ${jobs} j ON j.id = t.id
          WHERE NOT EXISTS (SELECT 1 FROM renewed)
        )
        SELECT r.lease_ms_left, r.lease_at_deadline,
-              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token')} END AS loss
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
        FROM target t LEFT JOIN renewed r ON true LEFT JOIN ${jobs} j ON j.id = t.id`,
     ),
 
@@ -386,7 +398,9 @@ export function createQueries(schemaName: string): Queries {
                                   ELSE j.attempt_count - 1 END,
              release_count = j.release_count + CASE WHEN $4::boolean THEN 1 ELSE 0 END,
              last_error_code = CASE WHEN $4::boolean THEN 'RELEASED' ELSE j.last_error_code END,
-             lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL
+             lease_owner = CASE WHEN $4::boolean AND j.release_count >= $5 AND j.attempt_count >= j.max_attempts
+                                THEN j.lease_owner END,
+             lease_expires_at = NULL, deadline_at = NULL
          FROM target t
          WHERE ${fence('j', 't.id', 't.owner', 't.token')}
          RETURNING j.id, j.status, j.attempt_count, j.release_count
@@ -530,10 +544,14 @@ export function createQueries(schemaName: string): Queries {
       `SELECT j.id FROM ${jobs} AS j WHERE ${fence('j', '$1', '$2', '$3')} FOR UPDATE OF j`,
     ),
 
-    /** Why a fence was refused, for a caller that learnt it from a statement without reasons. $1 id, $2 token. */
+    /**
+     * Why a fence was refused, for a caller that learnt it from a statement without reasons, and
+     * the row's status. $1 id, $2 token, $3 owner.
+     */
     fenceLoss: q(
       'fence-loss',
-      `SELECT CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', '$2::bigint')} END AS loss
+      `SELECT CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', '$2::bigint', '$3::text')} END AS loss,
+              j.status::text AS status
        FROM (SELECT 1) AS one LEFT JOIN ${jobs} AS j ON j.id = $1`,
     ),
 
@@ -547,10 +565,10 @@ export function createQueries(schemaName: string): Queries {
       `WITH target AS (SELECT $1::bigint AS id, $2::bigint AS token, $3::text AS owner),
        lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
-         SELECT j.id, 'lost_fence', j.status, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token')}
+         SELECT j.id, 'lost_fence', j.status, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token', 't.owner')}
          FROM target t JOIN ${jobs} j ON j.id = t.id
        )
-       SELECT CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token')} END AS loss
+       SELECT CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
        FROM target t LEFT JOIN ${jobs} j ON j.id = t.id`,
     ),
 

@@ -92,3 +92,87 @@ test('a fenced write needs an unexpired lease by database time, even for the rig
   const outcome = await new Completer(fx.pool, queries, 'worker-e', 'pgqueue:wake').complete(job!.id, job!.lease_token);
   expect(outcome).toEqual({ applied: false, reason: 'lease_lost' });
 });
+
+test('D16: a stale and a current completion of one job in one batch: only the current one is applied', async () => {
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.insertJobs('fence', 2);
+  const [other, job] = await claim('worker-f', 30_000, 2);
+  // One statement in flight at a time: the first completion goes alone, the next two ride one batch.
+  const completer = new Completer(fx.pool, queries, 'worker-f', 'pgqueue:wake', { maxInFlight: 1 });
+  const [first, stale, current] = await Promise.all([
+    completer.complete(other!.id, other!.lease_token),
+    completer.complete(job!.id, String(Number(job!.lease_token) - 1)),
+    completer.complete(job!.id, job!.lease_token),
+  ]);
+  expect(first).toEqual({ applied: true });
+  expect(stale).toEqual({ applied: false, reason: 'lease_lost' });
+  expect(current).toEqual({ applied: true });
+  const events = (await fx.pool.query(`SELECT kind, lease_token::text, error_code FROM pgqueue.job_events WHERE job_id = $1`, [job!.id])).rows;
+  expect(events).toEqual([{ kind: 'lost_fence', lease_token: String(Number(job!.lease_token) - 1), error_code: 'LEASE_LOST' }]);
+});
+
+test('D15: a late completion of a job the reaper killed is a lost lease, not "finished"', async () => {
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.insertJobs('fence', 1);
+  await fx.pool.query(`UPDATE pgqueue.jobs SET max_attempts = 1 WHERE queue_name = 'fence'`);
+  const [job] = await claim('worker-g', 100);
+  await new Promise((r) => setTimeout(r, 200));
+  const [reaped] = await run<{ status: string }>(fx.pool, queries.reapExpired, [100, [], null]);
+  expect(reaped).toMatchObject({ status: 'dead' });
+  const completer = new Completer(fx.pool, queries, 'worker-g', 'pgqueue:wake');
+  expect(await completer.complete(job!.id, job!.lease_token)).toEqual({ applied: false, reason: 'lease_lost' });
+  const [fail] = await run<{ applied: number; loss: string }>(fx.pool, queries.fail, [job!.id, 'worker-g', job!.lease_token, false, 0, 'X', 'late']);
+  expect(fail).toEqual({ applied: 0, loss: 'LEASE_LOST' });
+  const events = (await fx.pool.query(`SELECT kind, error_code FROM pgqueue.job_events WHERE job_id = $1 ORDER BY id`, [job!.id])).rows;
+  expect(events).toEqual([
+    { kind: 'dead', error_code: 'LEASE_EXPIRED' },
+    { kind: 'lost_fence', error_code: 'LEASE_LOST' },
+    { kind: 'lost_fence', error_code: 'LEASE_LOST' },
+  ]);
+});
+
+test('D15: a retried completion write counts as applied only when it is known to have committed (not when the job is dead)', async () => {
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.insertJobs('fence', 2);
+  await fx.pool.query(`UPDATE pgqueue.jobs SET max_attempts = 1 WHERE queue_name = 'fence'`);
+  const [committed, killed] = await claim('worker-h', 30_000, 2);
+  // A pool whose first statement's reply is lost after the server ran it (a connection cut at the
+  // worst moment). For `committed` the completion really happened; for `killed` the job meanwhile
+  // died under the same token (the reaper) and the completion did not happen.
+  const lossy = (before: () => Promise<void>) => {
+    let calls = 0;
+    return {
+      query: async (config: unknown) => {
+        calls += 1;
+        if (calls === 1) {
+          await before();
+          throw Object.assign(new Error('Connection terminated unexpectedly'), {});
+        }
+        return fx.pool.query(config as never);
+      },
+    } as unknown as import('pg').Pool;
+  };
+  const retrying = { writeAttempts: 3 };
+  const afterCommit = new Completer(
+    lossy(async () => {
+      await run(fx.pool, queries.completeMany, [[committed!.id], [committed!.lease_token], 'worker-h']);
+    }),
+    queries,
+    'worker-h',
+    'pgqueue:wake',
+    retrying,
+  );
+  expect(await afterCommit.complete(committed!.id, committed!.lease_token)).toEqual({ applied: true });
+  const afterDeath = new Completer(
+    lossy(async () => {
+      await fx.pool.query(`UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, [killed!.id]);
+      await run(fx.pool, queries.reapExpired, [100, [], null]);
+    }),
+    queries,
+    'worker-h',
+    'pgqueue:wake',
+    retrying,
+  );
+  expect(await afterDeath.complete(killed!.id, killed!.lease_token)).toEqual({ applied: false, reason: 'lease_lost' });
+  expect((await fx.pool.query(`SELECT status::text FROM pgqueue.jobs WHERE id = $1`, [killed!.id])).rows).toEqual([{ status: 'dead' }]);
+});
