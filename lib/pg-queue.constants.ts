@@ -16,10 +16,10 @@ export const PG_QUEUE_MODULE_OPTIONS = Symbol('pg-queue:module-options');
  */
 export const PG_QUEUE_ENGINE = Symbol('pg-queue:engine');
 
-/** Name of the reaper's interval in `@nestjs/schedule`'s `SchedulerRegistry`. */
+/** Name of the reaper's interval in `@nestjs/schedule`'s `SchedulerRegistry`, when the app imports `ScheduleModule`. */
 export const REAPER_INTERVAL_NAME = 'pg-queue:reaper';
 
-/** Name of the pruner's interval (retention of succeeded jobs) in `SchedulerRegistry`. */
+/** Name of the pruner's interval (retention of succeeded jobs) in `SchedulerRegistry`, likewise. */
 export const PRUNER_INTERVAL_NAME = 'pg-queue:pruner';
 
 /** Context of every log line the module writes through Nest's `Logger`. */

@@ -19,6 +19,10 @@ export const HANDLERS_FOUND = (count: number, queues: readonly string[]) =>
 export const PROCESSING_DISABLED = (queues: readonly string[]) =>
   `processing is false: the handlers of ${queues.join(', ')} will not run in this process (it only enqueues).`;
 
+export const SCHEDULE_MODULE_MISSING = (methods: readonly string[]) =>
+  `${methods.join(', ')} will not run: this application does not import ScheduleModule (PgQueueModule does not import it for the app). ` +
+  "To run them, add ScheduleModule.forRoot() to your AppModule's imports (from @nestjs/schedule).";
+
 export const STARTED = (workerId: string, schema: string, processing: boolean) =>
   `Started as ${workerId} on schema "${schema}"${processing ? '' : ' (processing: false, no workers)'}.`;
 

@@ -1,6 +1,5 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
-import { ScheduleModule } from '@nestjs/schedule';
 import { PgQueueMetadataAccessor } from './nest/pg-queue-metadata.accessor.js';
 import { PgQueueExplorer } from './nest/pg-queue.explorer.js';
 import { PgQueueOrchestrator } from './nest/pg-queue.orchestrator.js';
@@ -27,13 +26,17 @@ import { QueueService } from './queue.service.js';
  *
  * `forRootAsync({ imports, inject, useFactory })` (or `useClass` / `useExisting` with a
  * `PgQueueOptionsFactory`) reads the options from other providers, e.g. `ConfigService`. The module
- * is global unless `isGlobal: false`. It imports `ScheduleModule.forRoot()` for the reaper's
- * interval; importing it yourself as well is fine.
+ * is global unless `isGlobal: false`.
+ *
+ * It never imports `ScheduleModule.forRoot()` (a second one would run the app's own `@Cron` and
+ * `@Interval` methods twice). When the app imports it, the reaper's and pruner's passes are
+ * registered with its `SchedulerRegistry`; without it (or without `@nestjs/schedule` installed)
+ * they run on the engine's own timers.
  *
  * @publicApi
  */
 @Module({
-  imports: [DiscoveryModule, ScheduleModule.forRoot()],
+  imports: [DiscoveryModule],
   providers: [
     ...pgQueueProviders,
     PgQueueMetadataAccessor,

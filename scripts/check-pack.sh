@@ -2,11 +2,15 @@
 # Packs nestjs-pg-queue as `npm publish` would, installs the tarball into a scratch ESM Nest app in
 # a temporary directory, and checks it from the outside:
 #   1. the tarball holds dist/ (JS + .d.ts), migrations/ and README.md, and no sources or tests;
-#   2. `import { PgQueueModule, JobHandler, QueueService, drainQueues, … } from 'nestjs-pg-queue'`
-#      (and 'nestjs-pg-queue/engine') work in a plain ESM script;
+#   2. installed with its required peers only, npm leaves out the optional one (@nestjs/schedule),
+#      and `import { PgQueueModule, JobHandler, QueueService, drainQueues, … } from 'nestjs-pg-queue'`
+#      (and 'nestjs-pg-queue/engine') work in a plain ESM script without it;
 #   3. a TypeScript app using the public API type-checks against the published .d.ts (strict);
-#   4. with DATABASE_URL set: that app, compiled with tsc, boots against PostgreSQL, migrates from the
-#      installed package's migrations/, runs a job through a @JobHandler, and shuts down.
+#   4. with DATABASE_URL set: that app, compiled with tsc, boots against PostgreSQL (still without
+#      @nestjs/schedule: the reaper runs on the engine's timer), migrates from the installed
+#      package's migrations/, runs a job through a @JobHandler, and shuts down;
+#   5. with DATABASE_URL set, after installing @nestjs/schedule: an app that imports
+#      ScheduleModule.forRoot() finds the reaper's and pruner's passes in its SchedulerRegistry.
 #
 # Usage: scripts/check-pack.sh            (from anywhere; uses the npm cache first: --prefer-offline)
 set -euo pipefail
@@ -36,12 +40,16 @@ cd "$APP"
 cat > package.json <<'JSON'
 { "name": "pgq-pack-check", "private": true, "type": "module" }
 JSON
-say "npm install the tarball and its peers into a scratch app"
+say "npm install the tarball and its required peers into a scratch app"
 npm install --prefer-offline --no-audit --no-fund --loglevel=error \
   "$TARBALL" \
-  "@nestjs/common@$(dev @nestjs/common)" "@nestjs/core@$(dev @nestjs/core)" "@nestjs/schedule@$(dev @nestjs/schedule)" \
+  "@nestjs/common@$(dev @nestjs/common)" "@nestjs/core@$(dev @nestjs/core)" \
   "reflect-metadata@$(dev reflect-metadata)" "rxjs@$(dev rxjs)" "@types/node@$(node -p "require('$ROOT/node_modules/@types/node/package.json').version")" \
   > "$WORK/npm-install.log" 2>&1 || { cat "$WORK/npm-install.log"; exit 1; }
+# npm installs missing peers unless peerDependenciesMeta marks them optional.
+if [ -e node_modules/@nestjs/schedule ]; then
+  say "FAIL: npm installed @nestjs/schedule, which should be an optional peer (peerDependenciesMeta)"; exit 1
+fi
 
 say "ESM import"
 cat > import-check.mjs <<'JS'
@@ -119,9 +127,42 @@ node "$ROOT/node_modules/typescript/bin/tsc" -p tsconfig.json
 say "types ok"
 
 if [ -n "${DATABASE_URL:-}" ]; then
-  say "boot the compiled app against DATABASE_URL"
+  say "boot the compiled app against DATABASE_URL (without @nestjs/schedule)"
   node dist/main.js
+
+  say "npm install @nestjs/schedule; boot an app that imports ScheduleModule.forRoot()"
+  npm install --prefer-offline --no-audit --no-fund --loglevel=error "@nestjs/schedule@$(dev @nestjs/schedule)" \
+    > "$WORK/npm-install-schedule.log" 2>&1 || { cat "$WORK/npm-install-schedule.log"; exit 1; }
+  # Plain ESM, decorators applied as functions: no second compile step.
+  cat > schedule-check.mjs <<'JS'
+import 'reflect-metadata';
+import { Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
+import pg from 'pg';
+import { PgQueueModule, PRUNER_INTERVAL_NAME, REAPER_INTERVAL_NAME } from 'nestjs-pg-queue';
+
+const schema = `pgq_pack_schedule_${process.pid}`;
+class AppModule {}
+Module({ imports: [ScheduleModule.forRoot(), PgQueueModule.forRoot({ connectionString: process.env.DATABASE_URL, schema })] })(AppModule);
+
+const app = await NestFactory.createApplicationContext(AppModule, { logger: ['warn', 'error'] });
+try {
+  const intervals = app.get(SchedulerRegistry).getIntervals();
+  for (const name of [REAPER_INTERVAL_NAME, PRUNER_INTERVAL_NAME]) {
+    if (!intervals.includes(name)) throw new Error(`${name} is not in SchedulerRegistry (it has ${JSON.stringify(intervals)})`);
+  }
+  console.log(`SchedulerRegistry runs ${REAPER_INTERVAL_NAME} and ${PRUNER_INTERVAL_NAME}`);
+} finally {
+  await app.close();
+  const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
+  await client.connect();
+  await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  await client.end();
+}
+JS
+  node schedule-check.mjs
 else
-  say "DATABASE_URL is not set: skipped booting the app"
+  say "DATABASE_URL is not set: skipped booting the apps"
 fi
 say "ok"

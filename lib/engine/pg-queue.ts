@@ -56,7 +56,7 @@ export interface PgQueueOptions {
 export interface StartOptions {
   /**
    * Run the reaper on its own timer (default). A host that schedules `reapOnce()` itself (the Nest
-   * module registers it with SchedulerRegistry) passes false, so only one timer ever runs it.
+   * module, when the app has a SchedulerRegistry) passes false, so only one timer ever runs it.
    */
   reaperTimer?: boolean;
   /** Run the pruner on its own timer (default), or let the host schedule `pruneOnce()`. */

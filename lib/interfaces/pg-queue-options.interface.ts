@@ -47,7 +47,10 @@ export interface PgQueueModuleOptions {
   handlerDefaults?: JobHandlerOptions;
   /** Each worker claims again this often without a wake-up (NOTIFY is only an optimisation). Default 2000. */
   pollIntervalMs?: number;
-  /** The reaper's pass (recovery of expired leases) runs this often, from `SchedulerRegistry`. Default 5000. */
+  /**
+   * The reaper's pass (recovery of expired leases) runs this often: from the app's
+   * `SchedulerRegistry` when it imports `ScheduleModule`, else on the engine's own timer. Default 5000.
+   */
   reaperIntervalMs?: number;
   /**
    * At shutdown, running handlers get this long to finish; then their signals abort and their jobs
@@ -76,7 +79,7 @@ export interface PgQueueModuleOptions {
   scheduler?: Partial<SchedulerConfig>;
   /**
    * Retention of succeeded jobs (default: deleted 7 days after they finished, checked every
-   * minute from `SchedulerRegistry`); `false` keeps them forever. Dead jobs are never pruned.
+   * minute, run like the reaper); `false` keeps them forever. Dead jobs are never pruned.
    */
   pruner?: Partial<PrunerConfig> | false;
   /**

@@ -30,6 +30,7 @@ export interface DiscoveredHandler {
 export class PgQueueExplorer implements OnModuleInit {
   private readonly logger = new Logger(PG_QUEUE_LOGGER_CONTEXT);
   private readonly found = new Map<string, DiscoveredHandler>();
+  private readonly scheduled: string[] = [];
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -49,6 +50,14 @@ export class PgQueueExplorer implements OnModuleInit {
     return [...this.found.keys()];
   }
 
+  /**
+   * The app's `@Cron`/`@Interval`/`@Timeout` methods, as `Class.method (@Cron)`: the orchestrator
+   * warns when they exist and no ScheduleModule is there to run them.
+   */
+  get scheduledMethods(): readonly string[] {
+    return this.scheduled;
+  }
+
   onModuleInit(): void {
     this.explore();
   }
@@ -65,9 +74,11 @@ export class PgQueueExplorer implements OnModuleInit {
       for (const method of this.metadataScanner.getAllMethodNames(prototype)) {
         const fn = (instance as Record<string, unknown>)[method];
         if (typeof fn !== 'function') continue;
+        const name = `${instance.constructor?.name ?? 'anonymous'}.${method}`;
+        const schedule = this.accessor.getScheduleDecorator(fn);
+        if (schedule) this.scheduled.push(`${name} (${schedule})`);
         const metadata = this.accessor.getJobHandlerMetadata(fn);
         if (!metadata) continue;
-        const name = `${instance.constructor?.name ?? 'anonymous'}.${method}`;
         if (!wrapper.isDependencyTreeStatic()) {
           this.logger.warn(NON_STATIC_HANDLER(name, metadata.queue));
           continue;

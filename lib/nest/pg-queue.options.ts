@@ -159,8 +159,8 @@ export function createEngine(options: PgQueueModuleOptions, config: ModuleRuntim
   return new PgQueue({
     ...engineOptions,
     handlerDefaults: toHandlerOptions(handlerDefaults),
-    // The engine's own reaper timer stays off under Nest (SchedulerRegistry runs the pass); the
-    // interval is set anyway so the engine's view of its reaper matches what actually runs.
+    // The reaper runs every reaperIntervalMs on whichever timer runs it: the engine's own, or
+    // (when the app imports ScheduleModule) the interval the orchestrator registers.
     reaper: { ...reaper, intervalMs: config.reaperIntervalMs },
     logger,
   });

@@ -6,13 +6,15 @@ import {
   type OnApplicationBootstrap,
   type OnApplicationShutdown,
 } from '@nestjs/common';
-import { SchedulerRegistry } from '@nestjs/schedule';
+import { ModuleRef } from '@nestjs/core';
+import type { SchedulerRegistry } from '@nestjs/schedule';
 import { PgQueue } from '../engine/index.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PRUNER_INTERVAL_NAME, REAPER_INTERVAL_NAME } from '../pg-queue.constants.js';
-import { PASS_FAILED, PROCESSING_DISABLED, START_FAILED, STARTED, STOPPED, STOPPING } from '../pg-queue.messages.js';
+import { PASS_FAILED, PROCESSING_DISABLED, SCHEDULE_MODULE_MISSING, START_FAILED, STARTED, STOPPED, STOPPING } from '../pg-queue.messages.js';
 import { PgQueueExplorer } from './pg-queue.explorer.js';
 import { PG_QUEUE_RUNTIME_CONFIG } from './pg-queue.providers.js';
 import type { ModuleRuntimeConfig } from './pg-queue.options.js';
+import { findSchedulerRegistry } from './scheduler-registry.js';
 
 /** A periodic maintenance pass of the engine, run from SchedulerRegistry instead of its own timer. */
 interface MaintenancePass {
@@ -24,9 +26,11 @@ interface MaintenancePass {
 
 /**
  * Runs what the explorer registered. Bootstrap: migrate, start the workers (unless
- * `processing: false`), declare the producer's queues, and register the engine's maintenance
- * passes (the reaper's, the pruner's) with `SchedulerRegistry`, so they are visible and managed
- * like any other interval and never also run on the engine's own timers. Shutdown, in
+ * `processing: false`), declare the producer's queues, and run the engine's maintenance passes
+ * (the reaper's, the pruner's) on exactly one timer each: when the app imports `ScheduleModule`,
+ * they are registered with its `SchedulerRegistry` (visible and managed like any other interval)
+ * and the engine's own timers stay off; without it, they run on the engine's own timers. The
+ * module never imports `ScheduleModule` itself (see `findSchedulerRegistry`). Shutdown, in
  * `beforeApplicationShutdown` (before any provider's `onApplicationShutdown` closes what handlers
  * use): remove the intervals, stop claiming, let running handlers finish within
  * `shutdownTimeoutMs`, abort and release the rest (fenced), then close an owned pool.
@@ -35,19 +39,24 @@ interface MaintenancePass {
 export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown {
   private readonly logger = new Logger(PG_QUEUE_LOGGER_CONTEXT);
   private readonly passes: MaintenancePass[] = [];
+  /** The app's registry, resolved at bootstrap; undefined: the engine's own timers run the passes. */
+  private schedulerRegistry: SchedulerRegistry | undefined;
   private stopping: Promise<void> | undefined;
 
   constructor(
     @Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue,
     @Inject(PG_QUEUE_RUNTIME_CONFIG) private readonly config: ModuleRuntimeConfig,
     private readonly explorer: PgQueueExplorer,
-    private readonly schedulerRegistry: SchedulerRegistry,
+    private readonly moduleRef: ModuleRef,
   ) {}
 
   async onApplicationBootstrap(): Promise<void> {
     const { processing, queues } = this.config;
     try {
-      await this.engine.start({ reaperTimer: false, prunerTimer: false, workers: processing });
+      // Before the engine starts: whether the app has a registry decides who runs the timers.
+      this.schedulerRegistry = await findSchedulerRegistry(this.moduleRef);
+      const engineTimers = this.schedulerRegistry === undefined;
+      await this.engine.start({ reaperTimer: engineTimers, prunerTimer: engineTimers, workers: processing });
       await this.engine.declareQueues(queues);
     } catch (error) {
       this.logger.error(START_FAILED((error as Error).message));
@@ -57,9 +66,16 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
       throw error;
     }
     if (!processing && this.explorer.handledQueues.length > 0) this.logger.warn(PROCESSING_DISABLED(this.explorer.handledQueues));
-    this.schedule(REAPER_INTERVAL_NAME, 'Reaper', this.config.reaperIntervalMs, () => this.engine.reapOnce());
-    if (this.engine.pruner) {
-      this.schedule(PRUNER_INTERVAL_NAME, 'Pruner', this.engine.pruner.config.intervalMs, () => this.engine.pruneOnce());
+    const registry = this.schedulerRegistry;
+    if (registry) {
+      this.schedule(registry, REAPER_INTERVAL_NAME, 'Reaper', this.config.reaperIntervalMs, () => this.engine.reapOnce());
+      if (this.engine.pruner) {
+        this.schedule(registry, PRUNER_INTERVAL_NAME, 'Pruner', this.engine.pruner.config.intervalMs, () => this.engine.pruneOnce());
+      }
+    } else if (this.explorer.scheduledMethods.length > 0) {
+      // Without a ScheduleModule these methods never fire, and nothing else says so (an app that
+      // relied on the ScheduleModule earlier versions of this module imported for it).
+      this.logger.warn(SCHEDULE_MODULE_MISSING(this.explorer.scheduledMethods));
     }
     this.logger.log(STARTED(this.engine.workerId, this.engine.schema, processing));
   }
@@ -79,7 +95,7 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
     return this.beforeApplicationShutdown();
   }
 
-  private schedule(name: string, label: string, intervalMs: number, run: () => Promise<unknown>): void {
+  private schedule(registry: SchedulerRegistry, name: string, label: string, intervalMs: number, run: () => Promise<unknown>): void {
     const pass: MaintenancePass = { name, label, current: undefined };
     const tick = () => {
       if (pass.current) return;
@@ -92,14 +108,16 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
           pass.current = undefined;
         });
     };
-    this.schedulerRegistry.addInterval(name, setInterval(tick, intervalMs));
+    registry.addInterval(name, setInterval(tick, intervalMs));
     this.passes.push(pass);
   }
 
   private async stop(): Promise<void> {
     const startedAt = Date.now();
+    // ScheduleModule's own shutdown may have cleared them already (it clears every interval).
+    const registry = this.schedulerRegistry;
     for (const pass of this.passes) {
-      if (this.schedulerRegistry.doesExist('interval', pass.name)) this.schedulerRegistry.deleteInterval(pass.name);
+      if (registry?.doesExist('interval', pass.name)) registry.deleteInterval(pass.name);
     }
     await Promise.all(this.passes.map((pass) => pass.current));
     const inFlight = this.explorer.handledQueues.reduce((sum, queue) => sum + (this.engine.worker(queue)?.inFlight ?? 0), 0);

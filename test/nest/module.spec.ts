@@ -1,7 +1,6 @@
 import 'reflect-metadata';
 import { Injectable, Module, Scope, type INestApplicationContext } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
-import { SchedulerRegistry } from '@nestjs/schedule';
 import { Test, type TestingModule } from '@nestjs/testing';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -12,8 +11,6 @@ import {
   PG_QUEUE_ENGINE,
   PgQueueModule,
   QueueService,
-  PRUNER_INTERVAL_NAME,
-  REAPER_INTERVAL_NAME,
   type Job,
   type JobContext,
   type PgQueue,
@@ -21,7 +18,6 @@ import {
   type PgQueueOptionsFactory,
 } from '../../lib/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { waitFor } from '../support/engine.js';
 import { CapturingLogger } from '../support/nest.js';
 
 interface Greeting {
@@ -241,46 +237,6 @@ describe('PgQueueModule', () => {
     const worker = await boot([PgQueueModule.forRoot(fast())], [ApiOnlyJobs]);
     await drainQueues(worker.app);
     expect(await apiOnly.queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 1 });
-  });
-
-  it('runs the reaper and the pruner from SchedulerRegistry, and removes them at shutdown', async () => {
-    const { app, engine } = await boot([PgQueueModule.forRoot({ ...fast(), queues: ['orphans'] })]);
-    const registry = app.get(SchedulerRegistry);
-    expect(registry.getIntervals()).toEqual(expect.arrayContaining([REAPER_INTERVAL_NAME, PRUNER_INTERVAL_NAME]));
-    // Never both timers: the engine's own ones stay off.
-    expect(engine.reaper['runner'].running).toBe(false);
-    expect(engine.pruner!['runner'].running).toBe(false);
-
-    // A job whose worker vanished: running, lease expired.
-    const pool = new pg.Pool({ connectionString: database.url });
-    try {
-      const { rows } = await pool.query<{ id: string }>(
-        `INSERT INTO pgqueue.jobs (queue_name, payload, status, attempt_count, max_attempts, lease_owner, lease_token,
-                                   lease_expires_at, deadline_at, claimed_at, backoff_base_ms, backoff_max_ms)
-         VALUES ('orphans', '{}', 'running', 1, 5, 'gone:1', 1, now() - interval '1 second', now() + interval '1 minute', now(), 0, 0)
-         RETURNING id`,
-      );
-      const id = rows[0]!.id;
-      const reaped = await waitFor(async () => {
-        const job = await app.get(QueueService).get(id);
-        return job && job.status !== 'running' ? job : undefined;
-      }, 5_000);
-      expect(reaped.leaseOwner).toBeNull();
-      expect((await app.get(QueueService).history(id)).map((e) => e.kind)).toContain('lease_expired');
-    } finally {
-      await pool.end();
-    }
-
-    await app.close();
-    opened.splice(opened.indexOf(app), 1);
-    expect(registry.getIntervals()).not.toContain(REAPER_INTERVAL_NAME);
-    expect(registry.getIntervals()).not.toContain(PRUNER_INTERVAL_NAME);
-  });
-
-  it('with pruner: false keeps succeeded jobs and registers no pruner', async () => {
-    const { app, engine } = await boot([PgQueueModule.forRoot({ ...fast(), pruner: false })]);
-    expect(engine.pruner).toBeUndefined();
-    expect(app.get(SchedulerRegistry).getIntervals()).not.toContain(PRUNER_INTERVAL_NAME);
   });
 
   it('closes the pool it created, and never one it was given', async () => {
