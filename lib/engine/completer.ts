@@ -1,9 +1,9 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { requireInteger, withDefaults } from './config.js';
 import type pg from 'pg';
 import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import type { FenceLossReason } from './errors.js';
 import { fenceLossReason } from './lease.js';
+import { retryWhile } from './retrying.js';
 import type { Queries } from './sql.js';
 
 export interface CompleterConfig {
@@ -11,11 +11,9 @@ export interface CompleterConfig {
   maxBatch: number;
   /** Statements in flight at once; completions arriving meanwhile wait and form the next batch. */
   maxInFlight: number;
-  /** Attempts at writing a batch when the database errors (the leases are still ticking). */
-  writeAttempts: number;
 }
 
-export const COMPLETER_DEFAULTS: CompleterConfig = { maxBatch: 1000, maxInFlight: 2, writeAttempts: 3 };
+export const COMPLETER_DEFAULTS: CompleterConfig = { maxBatch: 1000, maxInFlight: 2 };
 
 export type CompletionOutcome = { applied: true } | { applied: false; reason: FenceLossReason };
 
@@ -24,15 +22,27 @@ interface Pending {
   token: string;
   /** The job has an ordering key: its completion also hands the key to the next job. */
   keyed: boolean;
+  /** How long the attempt's lease lasts (ms, local clock): the write is retried until then. */
+  msLeft: () => number;
   resolve(outcome: CompletionOutcome): void;
   reject(error: unknown): void;
 }
+
+export interface CompleteRequest {
+  keyed?: boolean;
+  /** Default: retried for 30 s at most. */
+  msLeft?: () => number;
+}
+
+/** When the caller cannot say how long its lease lasts. */
+const UNKNOWN_LEASE_MS = 30_000;
 
 /**
  * Groups successful completions into one fenced `UPDATE … FROM unnest(…)`. Like group commit:
  * at low load each completion goes alone at once; under load, completions that arrive while a
  * statement is in flight ride the next one. Every row is still fenced on its own, and each caller
- * learns its own row's outcome.
+ * learns its own row's outcome. A write that fails for a transient reason (a database restart)
+ * is tried again while any of its jobs' leases lasts: finished work is not thrown away.
  */
 export class Completer {
   private readonly config: CompleterConfig;
@@ -46,16 +56,18 @@ export class Completer {
     private readonly owner: string,
     private readonly channel: string,
     config?: Partial<CompleterConfig>,
+    private readonly keysDeferred: () => void = () => {},
   ) {
     this.config = withDefaults(COMPLETER_DEFAULTS, config);
     requireInteger('completer.maxBatch', this.config.maxBatch, 1, 50_000);
     requireInteger('completer.maxInFlight', this.config.maxInFlight, 1, 64);
-    requireInteger('completer.writeAttempts', this.config.writeAttempts, 1, 100);
   }
 
-  complete(id: string, token: string, keyed = false): Promise<CompletionOutcome> {
+  complete(id: string, token: string, request: CompleteRequest = {}): Promise<CompletionOutcome> {
+    const startedAt = performance.now();
+    const msLeft = request.msLeft ?? (() => UNKNOWN_LEASE_MS - (performance.now() - startedAt));
     return new Promise((resolve, reject) => {
-      this.waiting.push({ id, token, keyed, resolve, reject });
+      this.waiting.push({ id, token, keyed: request.keyed ?? false, msLeft, resolve, reject });
       this.pump();
     });
   }
@@ -81,33 +93,35 @@ export class Completer {
   }
 
   private async write(batch: Pending[]): Promise<void> {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const values = [batch.map((p) => p.id), batch.map((p) => p.token), this.owner];
-        type Row = { id: string; token: string; applied: boolean; loss: string; status: string | null } & ReleasedKeys;
-        // Jobs without an ordering key complete in one autocommit statement; a batch with keyed
-        // jobs also promotes the keys' next heads, in the same transaction.
-        const rows = batch.some((p) => p.keyed)
-          ? await runReleasingKeys<Row>(this.pool, this.queries, this.channel, this.queries.completeMany, values)
-          : await run<Row>(this.pool, this.queries.completeMany, values);
-        // By (id, token): a stale and a current completion of one job may share a batch.
-        const byAttempt = new Map(rows.map((r) => [`${r.id}:${r.token}`, r]));
-        for (const pending of batch) {
-          const row = byAttempt.get(`${pending.id}:${pending.token}`);
-          const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
-          // A retried write whose earlier try committed finds the job succeeded by this very claim
-          // (same token and owner); that, and only that, counts as applied.
-          const applied = row?.applied === true || (attempt > 1 && reason === 'finished' && row?.status === 'succeeded');
-          pending.resolve(applied ? { applied: true } : { applied: false, reason });
-        }
-        return;
-      } catch (error) {
-        if (attempt >= this.config.writeAttempts) {
-          for (const pending of batch) pending.reject(error);
-          return;
-        }
-        await sleep(50 * 4 ** (attempt - 1));
-      }
+    const values = [batch.map((p) => p.id), batch.map((p) => p.token), this.owner];
+    type Row = { id: string; token: string; applied: boolean; loss: string; status: string | null } & ReleasedKeys;
+    let tries = 0;
+    let rows: Row[];
+    try {
+      rows = await retryWhile(
+        () => Math.max(...batch.map((p) => p.msLeft())),
+        () => {
+          tries += 1;
+          // Jobs without an ordering key complete in one autocommit statement; a batch with keyed
+          // jobs also promotes the keys' next heads, in the same transaction.
+          return batch.some((p) => p.keyed)
+            ? runReleasingKeys<Row>(this.pool, this.queries, this.channel, this.queries.completeMany, values, this.keysDeferred)
+            : run<Row>(this.pool, this.queries.completeMany, values);
+        },
+      );
+    } catch (error) {
+      for (const pending of batch) pending.reject(error);
+      return;
+    }
+    // By (id, token): a stale and a current completion of one job may share a batch.
+    const byAttempt = new Map(rows.map((r) => [`${r.id}:${r.token}`, r]));
+    for (const pending of batch) {
+      const row = byAttempt.get(`${pending.id}:${pending.token}`);
+      const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+      // A retried write whose earlier try committed finds the job succeeded by this very claim
+      // (same token and owner); that, and only that, counts as applied.
+      const applied = row?.applied === true || (tries > 1 && reason === 'finished' && row?.status === 'succeeded');
+      pending.resolve(applied ? { applied: true } : { applied: false, reason });
     }
   }
 }

@@ -1,5 +1,6 @@
 import type pg from 'pg';
-import type { Queries, QueryText } from './sql.js';
+import { isConnectionError } from './pg-errors.js';
+import { CLIENT_TIMEOUT_SLACK_MS, type Queries, type QueryText } from './sql.js';
 
 /**
  * Anything that runs a query: the engine's pool, or a caller's client inside their own
@@ -9,25 +10,45 @@ export interface Queryable {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<R>>;
 }
 
-/** Runs a named statement; prepared once per connection by its name. */
+/**
+ * Runs a named statement; prepared once per connection by its name. The statement carries its
+ * client-side timeout (`query_timeout`, see createQueries): a statement on a connection that died
+ * silently fails after it instead of waiting for the kernel to give up (~15 minutes).
+ */
 export async function run<R extends pg.QueryResultRow>(db: Queryable, query: QueryText, values: unknown[]): Promise<R[]> {
-  const result = await db.query<R>({ name: query.name, text: query.text, values });
+  const result = await db.query<R>({ ...query, values } as pg.QueryConfig);
   return result.rows;
 }
 
-/** Runs `fn` in a transaction on a client of its own; rolls back when it throws. */
-export async function transaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+export interface TransactionOptions {
+  /**
+   * Bounds each statement of the transaction on the server (`SET LOCAL statement_timeout`, so it
+   * also holds through transaction pooling) and on the client (`query_timeout`).
+   */
+  readonly statementTimeoutMs: number;
+}
+
+/**
+ * Runs `fn` in a transaction on a client of its own; rolls back when it throws. A client whose
+ * connection failed (or whose ROLLBACK failed: it may still be inside the transaction) is
+ * destroyed, never handed back to the pool.
+ */
+export async function transaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>, options: TransactionOptions): Promise<T> {
   const client = await pool.connect();
+  const bounded = (text: string) => ({ text, query_timeout: options.statementTimeoutMs + CLIENT_TIMEOUT_SLACK_MS }) as pg.QueryConfig;
+  let broken: Error | undefined;
   try {
-    await client.query('BEGIN');
+    // One round trip; the value is a validated integer (SET cannot take a parameter).
+    await client.query(bounded(`BEGIN; SET LOCAL statement_timeout = ${Math.trunc(options.statementTimeoutMs)}`));
     const result = await fn(client);
-    await client.query('COMMIT');
+    await client.query(bounded('COMMIT'));
     return result;
   } catch (error) {
-    await client.query('ROLLBACK').catch(() => {});
+    if (isConnectionError(error)) broken = error as Error;
+    else await client.query(bounded('ROLLBACK')).catch((rollbackFailed: Error) => (broken = rollbackFailed));
     throw error;
   } finally {
-    client.release();
+    client.release(broken);
   }
 }
 
@@ -35,26 +56,44 @@ export async function transaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) 
 export interface ReleasedKeys {
   key_queues: string[] | null;
   key_names: string[] | null;
+  /** Keys whose row a producer held: handed off to the KeyHandoffs pass. */
+  keys_deferred: number;
 }
 
 /**
  * Runs a statement that may finish jobs of ordering keys and, in the same transaction, promotes
  * the next head of each key it released. The second statement's snapshot is taken after the
  * first one held the keys' rows, so it sees every job a producer added to those keys.
+ * `onDeferred` is told, once the transaction has committed (so the handoff pass can see them),
+ * when some keys were handed off because a producer held their rows.
  */
-export function runReleasingKeys<R extends pg.QueryResultRow & ReleasedKeys>(
+export async function runReleasingKeys<R extends pg.QueryResultRow & ReleasedKeys>(
   pool: pg.Pool,
   queries: Queries,
   channel: string,
   query: QueryText,
   values: unknown[],
+  onDeferred: () => void = () => {},
 ): Promise<R[]> {
-  return transaction(pool, async (client) => {
-    const rows = await run<R>(client, query, values);
-    const released = rows[0];
-    if (released?.key_queues?.length) {
-      await run(client, queries.promoteKeyHeads, [released.key_queues, released.key_names, channel]);
-    }
-    return rows;
-  });
+  let deferred = false;
+  const rows = await transaction(
+    pool,
+    async (client) => {
+      const result = await run<R>(client, query, values);
+      deferred = await promoteReleasedKeys(client, queries, channel, result[0]);
+      return result;
+    },
+    queries,
+  );
+  if (deferred) onDeferred();
+  return rows;
+}
+
+/**
+ * The second half of runReleasingKeys, for a caller that runs the first statement in a transaction
+ * of its own. Returns whether some keys were handed off: tell the handoff pass after the commit.
+ */
+export async function promoteReleasedKeys(client: Queryable, queries: Queries, channel: string, released: ReleasedKeys | undefined): Promise<boolean> {
+  if (released?.key_queues?.length) await run(client, queries.promoteKeyHeads, [released.key_queues, released.key_names, channel]);
+  return (released?.keys_deferred ?? 0) > 0;
 }

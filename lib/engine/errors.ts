@@ -96,6 +96,9 @@ export class PermanentJobError extends PgQueueError {
   }
 }
 
+/** The longest retry-after a RetryableJobError may ask for: a year. */
+export const RETRY_AFTER_MAX_MS = 365 * 24 * 3_600_000;
+
 export interface RetryableJobErrorOptions extends JobErrorOptions {
   /** Retry no sooner than this; replaces the computed backoff for this retry. */
   retryAfterMs?: number;
@@ -110,10 +113,16 @@ export class RetryableJobError extends PgQueueError {
     super(message, options);
     this.code = checkedErrorCode(options.code, 'RETRYABLE');
     const { retryAfterMs } = options;
-    if (retryAfterMs !== undefined && !(Number.isFinite(retryAfterMs) && retryAfterMs >= 0)) {
-      throw new InvalidOptionError('retryAfterMs', `${String(retryAfterMs)} is not a finite number >= 0`, 'Pass a delay in milliseconds.');
+    if (retryAfterMs !== undefined && !(Number.isFinite(retryAfterMs) && retryAfterMs >= 0 && retryAfterMs <= RETRY_AFTER_MAX_MS)) {
+      throw new InvalidOptionError(
+        'retryAfterMs',
+        `${String(retryAfterMs)} is not a number of milliseconds from 0 to ${RETRY_AFTER_MAX_MS} (a year)`,
+        'Pass a delay in milliseconds.',
+      );
     }
-    this.retryAfterMs = retryAfterMs;
+    // Whole milliseconds, rounded up ("no sooner than"): the delay is stored as a bigint, and a
+    // fraction there made the failure's write itself fail (the outcome was lost).
+    this.retryAfterMs = retryAfterMs === undefined ? undefined : Math.ceil(retryAfterMs);
   }
 }
 
@@ -137,6 +146,20 @@ export function isErrorCode(value: unknown): value is string {
 export class JobAbortedError extends PgQueueError {
   constructor(
     readonly code: 'LEASE_EXPIRED' | 'MAX_RUNTIME' | 'SHUTDOWN' | 'LEASE_LOST' | 'CANCELLED',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * A handler used the job's context in a way that cannot keep the queue's promises (a client
+ * outside a transaction for ctx.complete, an effect inside ctx.complete's transaction, a second
+ * ctx.complete). Raised before anything is written; fix the handler.
+ */
+export class HandlerUsageError extends PgQueueError {
+  constructor(
+    readonly code: 'CLIENT_NOT_IN_TRANSACTION' | 'EFFECT_INSIDE_COMPLETE',
     message: string,
   ) {
     super(message);

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
-import { run } from './db.js';
+import { run, type Queryable } from './db.js';
 import { completeInTransaction } from './transactional-completion.js';
 import { runEffect } from './effects.js';
 import { JobAbortedError, LeaseLostError, type FenceLossReason } from './errors.js';
@@ -17,6 +17,7 @@ export interface ClaimedRow {
   priority: number;
   attempt_count: number;
   max_attempts: number;
+  max_runtime_ms: number;
   lease_token: string;
   created_at: Date;
   deadline_at: Date;
@@ -37,8 +38,10 @@ export interface LeaseDeps {
 }
 
 export interface LeaseTiming {
+  /** The handler's lease length (a heartbeat renews the lease to this length, never past the deadline). */
   readonly leaseMs: number;
-  readonly abortMarginMs: number;
+  /** The margin the handler asked for, if any (otherwise a tenth of the attempt's lease). */
+  readonly abortMarginMs: number | undefined;
 }
 
 /**
@@ -48,12 +51,29 @@ export interface LeaseTiming {
  */
 const HEARTBEAT_WRITE_AFTER_FRACTION = 3;
 
+/** The margin used when none is configured: a tenth of the lease, within [50 ms, 5 s]. */
+export function defaultAbortMarginMs(leaseMs: number): number {
+  return Math.min(5_000, Math.max(50, Math.floor(leaseMs / 10)));
+}
+
+/**
+ * The abort margin of one attempt. It is sized from the attempt's own lease, which is the handler's
+ * lease or the job's maximum runtime when that is shorter, and never exceeds half of it: a margin
+ * sized from `leaseMs` alone aborted every attempt of a job whose maxRuntimeMs was below it, at once.
+ */
+export function attemptAbortMarginMs(attemptLeaseMs: number, configured: number | undefined): number {
+  return Math.min(configured ?? defaultAbortMarginMs(attemptLeaseMs), Math.floor(attemptLeaseMs / 2));
+}
+
 /** Loss codes the SQL reports (see `fenceLossCode` in sql.ts), as reasons. */
 export function fenceLossReason(code: string): FenceLossReason {
   if (code === 'CANCELLED') return 'cancelled';
   if (code === 'FINISHED') return 'finished';
   return 'lease_lost';
 }
+
+/** The operation whose fenced write was refused (the `operation` label of lease_lost). */
+export type LeaseOperation = 'start' | 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect';
 
 /**
  * One claimed attempt of a job, from the worker's side: its fencing token, the handler's abort
@@ -64,6 +84,10 @@ export function fenceLossReason(code: string): FenceLossReason {
  * signal aborts a margin before that, so a handler that honours it stops while the lease is still
  * ours. The database still decides every later write: the local clock only ever makes us give up
  * sooner, never write later.
+ *
+ * While the attempt waits in the worker's buffer (prefetched, not started), running out of lease
+ * does not abort it: `onBufferedExpiry` hands it back instead (the worker releases it without
+ * charging the attempt).
  */
 export class Lease {
   readonly job: Job;
@@ -71,6 +95,9 @@ export class Lease {
   readonly traceCarrier: TraceCarrier | null;
   /** When the claim that granted this lease was sent (monotonic ms). */
   readonly claimedAt: number;
+  /** This attempt's full lease: the handler's lease, or the job's maximum runtime when shorter. */
+  readonly attemptLeaseMs: number;
+  readonly abortMarginMs: number;
   private readonly controller = new AbortController();
   private timer: NodeJS.Timeout | undefined;
   private grantedAt: number;
@@ -79,10 +106,25 @@ export class Lease {
   private renewal: Promise<void> | undefined;
   /** The database refused a renewal (the fence): that renewal, not the abort, reports why. */
   private renewalRefused = false;
-  /** Set once a fenced write or heartbeat was refused: nothing more is written for this attempt. */
+  /** Whether the handler has started (false while the attempt waits in the buffer). */
+  started = false;
+  /** Set once a fenced write, check or heartbeat was refused: nothing more is written for this attempt. */
   lost: FenceLossReason | undefined;
-  /** Set once ctx.complete() committed: the job succeeded with the handler's own writes. */
-  completedInTransaction = false;
+  /**
+   * A refusal no statement recorded in the job's history yet (ctx.complete's fenced lock records
+   * nothing): the worker records it once the handler has settled, when no connection of the
+   * handler's is held any more (recording it at once would wait for a second pool connection).
+   */
+  lossToRecord = false;
+  /**
+   * How ctx.complete finished the job: committed in its own transaction ('own'), or written in
+   * the caller's transaction ('client'), which only the caller's COMMIT makes true.
+   */
+  completion: 'own' | 'client' | undefined;
+  /** The transaction of a ctx.complete in progress: heartbeats go through it (see heartbeat()). */
+  openTransaction: Queryable | undefined;
+  /** ctx.complete handed the job's key off (a producer held its row): the worker wakes the handoff pass. */
+  keysDeferred = false;
 
   constructor(
     row: ClaimedRow,
@@ -90,6 +132,7 @@ export class Lease {
     requestedAt: number,
     private readonly timing: LeaseTiming,
     readonly deps: LeaseDeps,
+    private readonly onBufferedExpiry: (lease: Lease) => void,
   ) {
     this.job = {
       id: row.id,
@@ -106,6 +149,8 @@ export class Lease {
     };
     this.traceCarrier = row.trace_context;
     this.claimedAt = requestedAt;
+    this.attemptLeaseMs = Math.min(timing.leaseMs, row.max_runtime_ms ?? timing.leaseMs);
+    this.abortMarginMs = attemptAbortMarginMs(this.attemptLeaseMs, timing.abortMarginMs);
     this.grantedAt = requestedAt;
     this.expiresAt = requestedAt + row.lease_ms_left;
     this.atDeadline = row.lease_at_deadline;
@@ -130,29 +175,52 @@ export class Lease {
     return reason instanceof JobAbortedError ? reason.code : undefined;
   }
 
+  /** Milliseconds of lease left by the local (conservative) clock. */
+  get msLeft(): number {
+    return this.expiresAt - performance.now();
+  }
+
   abort(code: AbortCode, message: string): void {
     if (!this.controller.signal.aborted) this.controller.abort(new JobAbortedError(code, `Job ${this.job.id}: ${message}`));
   }
 
   /** Marks the fence as lost (a write was refused), counts it, and aborts the handler. */
-  markLost(reason: FenceLossReason, operation: 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect'): void {
+  markLost(reason: FenceLossReason, operation: LeaseOperation): void {
     this.lost ??= reason;
     this.deps.metrics.increment('lease_lost', { queue: this.job.queue, reason, operation });
     this.deps.metrics.emit({ type: 'lease_lost', queue: this.job.queue, jobId: this.job.id, leaseToken: this.job.leaseToken, reason, operation });
     this.abort(reason === 'cancelled' ? 'CANCELLED' : 'LEASE_LOST', `the worker no longer owns the job (${reason})`);
   }
 
+  /** The error a refused operation throws, once the fence is known to be lost. */
+  lostError(reason: FenceLossReason): LeaseLostError {
+    return new LeaseLostError(this.job.id, this.job.leaseToken, reason);
+  }
+
   /**
-   * After a fenced statement matched nothing: reads why, marks the lease lost, returns the error to
-   * throw. `recordInHistory`: the refused statement recorded nothing, so record the 'lost_fence' here.
+   * After a fenced statement matched nothing: reads why (on `db`, which must be a connection the
+   * caller may use now: its own transaction's, or the pool when it holds none), marks the lease
+   * lost, returns the error to throw.
    */
-  async lostOn(operation: 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect', recordInHistory = false): Promise<LeaseLostError> {
-    const [row] = recordInHistory
-      ? await run<{ loss: string }>(this.deps.db, this.deps.queries.recordFenceLoss, [this.job.id, this.job.leaseToken, this.deps.owner])
-      : await run<{ loss: string }>(this.deps.db, this.deps.queries.fenceLoss, [this.job.id, this.job.leaseToken, this.deps.owner]);
+  async lostOn(operation: LeaseOperation, db: Queryable = this.deps.db): Promise<LeaseLostError> {
+    const [row] = await run<{ loss: string }>(db, this.deps.queries.fenceLoss, [this.job.id, this.job.leaseToken, this.deps.owner]);
     const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
     this.markLost(reason, operation);
-    return new LeaseLostError(this.job.id, this.job.leaseToken, reason);
+    return this.lostError(reason);
+  }
+
+  /** The handler starts now: from here, running out of lease aborts its signal. */
+  begin(): void {
+    this.started = true;
+    this.arm();
+  }
+
+  /** A renewal at the start of the attempt (startAttempt) granted `leaseMsLeft` from `requestedAt`. */
+  renewed(requestedAt: number, leaseMsLeft: number, atDeadline: boolean): void {
+    this.grantedAt = requestedAt;
+    this.expiresAt = requestedAt + leaseMsLeft;
+    this.atDeadline = atDeadline;
+    this.arm();
   }
 
   dispose(): void {
@@ -190,7 +258,11 @@ export class Lease {
   }
 
   private async renew(): Promise<void> {
-    const { db, queries, owner, metrics } = this.deps;
+    const { queries, owner, metrics } = this.deps;
+    // Inside ctx.complete, the renewal goes through its transaction: the row is locked by it, and
+    // asking the pool for a second connection while the handler holds one can wait forever (every
+    // handler of a full pool doing the same). Committed with the completion, which needs it.
+    const db = this.openTransaction ?? this.deps.db;
     const requestedAt = performance.now();
     let row: { lease_ms_left: number | null; lease_at_deadline: boolean | null; loss: string } | undefined;
     try {
@@ -202,24 +274,22 @@ export class Lease {
     }
     if (row && row.lease_ms_left !== null) {
       metrics.increment('heartbeats', { queue: this.job.queue });
-      this.grantedAt = requestedAt;
-      this.expiresAt = requestedAt + row.lease_ms_left;
-      this.atDeadline = row.lease_at_deadline === true;
-      this.arm();
+      this.renewed(requestedAt, row.lease_ms_left, row.lease_at_deadline === true);
       return;
     }
     const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
     this.renewalRefused = true;
     this.markLost(reason, 'heartbeat');
-    throw new LeaseLostError(this.job.id, this.job.leaseToken, reason);
+    throw this.lostError(reason);
   }
 
   private arm(): void {
     this.dispose();
     if (this.controller.signal.aborted) return;
-    const delay = Math.max(0, this.expiresAt - this.timing.abortMarginMs - performance.now());
+    const delay = Math.max(0, this.expiresAt - this.abortMarginMs - performance.now());
     this.timer = setTimeout(() => {
-      if (this.atDeadline) this.abort('MAX_RUNTIME', 'the attempt reached its maximum runtime');
+      if (!this.started) this.onBufferedExpiry(this);
+      else if (this.atDeadline) this.abort('MAX_RUNTIME', 'the attempt reached its maximum runtime');
       else this.abort('LEASE_EXPIRED', 'the lease is about to expire and the handler has not reported progress');
     }, delay);
     this.timer.unref();

@@ -21,7 +21,7 @@ export type JobEvent =
       readonly jobId: string;
       readonly leaseToken: string;
       readonly reason: FenceLossReason;
-      readonly operation: 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect';
+      readonly operation: 'start' | 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect';
     }
   | { readonly type: 'released'; readonly queue: string; readonly jobId: string }
   | { readonly type: 'reaped'; readonly queue: string; readonly jobId: string; readonly status: string; readonly code: string }

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import pg from 'pg';
 import { Completer, type CompleterConfig } from './completer.js';
+import { KeyHandoffs, type KeyHandoffsConfig } from './key-handoffs.js';
 import { requireInteger, requireOneOf, requireString } from './config.js';
 import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
@@ -15,7 +16,7 @@ import { Pruner, type PrunerConfig } from './pruner.js';
 import { Reaper, type ReaperConfig } from './reaper.js';
 import { Scheduler, type SchedulerConfig } from './scheduler.js';
 import { settlesWithin } from './service.js';
-import { createQueries, type Queries } from './sql.js';
+import { createQueries, STATEMENT_TIMEOUT_DEFAULT_MS, type Queries } from './sql.js';
 import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
 import { HANDLER_DEFAULTS, resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
@@ -50,6 +51,16 @@ export interface PgQueueOptions {
   pruner?: Partial<PrunerConfig> | false;
   notifier?: Partial<NotifierConfig>;
   completer?: Partial<CompleterConfig>;
+  /** The pass that hands ordering keys on when a producer held the key's row at completion. */
+  keyHandoffs?: Partial<KeyHandoffsConfig>;
+  /**
+   * Bound of every statement the engine runs, and of every connection its pool opens (default
+   * 10 s): client-side on every statement (a connection that died silently fails it instead of
+   * hanging until the kernel gives up), and as `SET LOCAL statement_timeout` inside the engine's
+   * own transactions. Never a session or start-up setting: those do not survive transaction
+   * pooling. Migrations are not bounded by it.
+   */
+  statementTimeoutMs?: number;
   logger?: EngineLogger;
 }
 
@@ -166,6 +177,8 @@ export interface JobEffectRecord {
   /** 'started' without 'confirmed' is an uncertain outcome: reconciled or retried by the next attempt. */
   status: 'started' | 'confirmed';
   result: unknown;
+  /** false: the effect happened but its result could not be stored (`result` is null); it is never called again. */
+  resultStored: boolean;
   /** Calls (or reconciliations) started for this effect, over all attempts. */
   attempts: number;
   leaseToken: string;
@@ -177,6 +190,8 @@ export const POLL_INTERVAL_DEFAULT_MS = 2_000;
 export const WAKE_COOLDOWN_DEFAULT_MS = 5;
 export const POOL_SIZE_DEFAULT = 10;
 export const MAX_FREE_RELEASES_DEFAULT = 3;
+/** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
+const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
 /** NOTIFY payload that wakes schedulers (queue names cannot start with '*'). */
 const SCHEDULER_TOPIC = '*scheduled';
 /** NOTIFY topic of a cancelled running job (payload `*cancel:<id>`, sent by the cancel statement). */
@@ -199,6 +214,7 @@ export class PgQueue {
   readonly scheduler: Scheduler;
   readonly notifier: Notifier;
   readonly pruner: Pruner | undefined;
+  readonly keyHandoffs: KeyHandoffs;
   private readonly queries: Queries;
   private readonly channel: string;
   private readonly ownsPool: boolean;
@@ -214,6 +230,7 @@ export class PgQueue {
   private readonly pollIntervalMs: number;
   private readonly wakeCooldownMs: number;
   private readonly maxFreeReleases: number;
+  private readonly keysDeferred: () => void;
   private state: 'new' | 'started' | 'stopped' = 'new';
 
   constructor(options: PgQueueOptions) {
@@ -246,6 +263,7 @@ export class PgQueue {
     this.maxFreeReleases = requireInteger('maxFreeReleases', options.maxFreeReleases ?? MAX_FREE_RELEASES_DEFAULT, 0);
     const maxPayloadBytes = requireInteger('maxPayloadBytes', options.maxPayloadBytes ?? MAX_PAYLOAD_BYTES_DEFAULT, 2, 64 * 1024 * 1024);
     this.handlerDefaults = resolveHandlerOptions('handlerDefaults', options.handlerDefaults, HANDLER_DEFAULTS);
+    const statementTimeoutMs = requireInteger('statementTimeoutMs', options.statementTimeoutMs ?? STATEMENT_TIMEOUT_DEFAULT_MS, 100, 2_147_483_647);
 
     this.ownsPool = options.pool === undefined;
     this.pool =
@@ -254,10 +272,15 @@ export class PgQueue {
         connectionString: options.connectionString,
         max: requireInteger('poolSize', options.poolSize ?? POOL_SIZE_DEFAULT, 2, 1_000),
         application_name: 'nestjs-pg-queue',
+        // A connection whose peer vanished (a failover, a cut network) is noticed by the kernel
+        // instead of looking idle forever; and a connect to an unreachable server gives up.
+        keepAlive: true,
+        keepAliveInitialDelayMillis: KEEPALIVE_INITIAL_DELAY_MS,
+        connectionTimeoutMillis: statementTimeoutMs,
       });
     if (this.ownsPool) this.pool.on('error', (error) => this.logger.warn(`Idle pool connection failed: ${error.message}`));
 
-    this.queries = createQueries(this.schema);
+    this.queries = createQueries(this.schema, { statementTimeoutMs });
     const channel = wakeChannel(this.schema);
     this.channel = channel;
     const listenConfig: pg.ClientConfig = options.listenConnectionString
@@ -265,9 +288,12 @@ export class PgQueue {
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
     this.notifier = new Notifier(listenConfig, channel, this.logger, options.notifier);
     this.scheduler = new Scheduler(this.pool, this.queries, channel, this.logger, options.scheduler);
-    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, options.reaper, () => this.scheduler.wake());
+    this.keyHandoffs = new KeyHandoffs(this.pool, this.queries, channel, this.logger, options.keyHandoffs);
+    const keysDeferred = () => this.keyHandoffs.wake();
+    this.keysDeferred = keysDeferred;
+    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
     this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, options.pruner);
-    this.completer = new Completer(this.pool, this.queries, this.workerId, channel, options.completer);
+    this.completer = new Completer(this.pool, this.queries, this.workerId, channel, options.completer, keysDeferred);
     this.producer = new Producer({
       db: this.pool,
       queries: this.queries,
@@ -323,6 +349,7 @@ export class PgQueue {
       }),
     );
     this.scheduler.start();
+    this.keyHandoffs.start();
     if (options.reaperTimer ?? true) this.reaper.start();
     if (options.prunerTimer ?? true) this.pruner?.start();
     if (!withWorkers) return;
@@ -342,6 +369,7 @@ export class PgQueue {
           pollIntervalMs: this.pollIntervalMs,
           maxFreeReleases: this.maxFreeReleases,
           wakeCooldownMs: this.wakeCooldownMs,
+          keysDeferred: this.keysDeferred,
         },
         hooks,
       );
@@ -366,7 +394,7 @@ export class PgQueue {
       if (!(await settlesWithin(this.completer.drained(), timeoutMs))) {
         this.logger.warn(`Completions still unwritten ${timeoutMs} ms into shutdown; the reaper will recover those jobs.`);
       }
-      await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.pruner?.stop(), this.notifier.stop()]);
+      await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.keyHandoffs.stop(), this.pruner?.stop(), this.notifier.stop()]);
     }
     this.metrics.complete();
     // pool.end() waits for every checked-out connection; one stuck on a dead network would hang it.
@@ -425,6 +453,7 @@ export class PgQueue {
       idempotencyKey: row.idempotency_key,
       status: row.status,
       result: row.result,
+      resultStored: row.result_stored,
       attempts: row.attempts,
       leaseToken: row.lease_token,
       startedAt: row.started_at,
@@ -504,7 +533,7 @@ export class PgQueue {
       checkedId(id),
       checkedActor(note.actor),
       boundedNote(note.reason),
-    ]);
+    ], this.keysDeferred);
     if (row?.removed === 1) return;
     if (row?.status === null || row?.status === undefined) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
     throw new JobStateError('JOB_NOT_FINISHED', `Job ${id} is ${row.status}: only succeeded, dead or cancelled jobs can be deleted. Cancel it first.`);
@@ -594,7 +623,7 @@ export class PgQueue {
         batchSize,
         checkedActor(filter.actor),
         boundedNote(filter.reason),
-      ]);
+      ], this.keysDeferred);
       removed += row?.removed ?? 0;
       if ((row?.removed ?? 0) < batchSize) return removed;
     }
@@ -649,7 +678,7 @@ export class PgQueue {
       checkedActor(note.actor),
       boundedNote(note.reason),
       this.channel,
-    ]);
+    ], this.keysDeferred);
     if (!row) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
     if (!row.applied) {
       throw new JobStateError(refusal, `Job ${id} is ${row.previous_status}: only ${allowed.join(', ')} jobs can be ${verb}.`);

@@ -1,5 +1,6 @@
+import type pg from 'pg';
 import { requireInteger, withDefaults } from './config.js';
-import { run, type Queryable } from './db.js';
+import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
 import { isTransientDatabaseError } from './pg-errors.js';
@@ -24,6 +25,14 @@ export interface ReapResult {
   readonly reaped: number;
   readonly dead: number;
   readonly batches: number;
+  /** Cancelled attempts whose lease ran out unconfirmed: ended, their keys let go. */
+  readonly cancelsEnded: number;
+}
+
+/** What the reaper needs to hand ordering keys on (see endExpiredCancels). */
+export interface ReaperKeys {
+  readonly channel: string;
+  readonly keysDeferred: () => void;
 }
 
 interface ReapedRow {
@@ -55,11 +64,12 @@ export class Reaper {
   private readonly setAside = new Set<string>();
 
   constructor(
-    private readonly db: Queryable,
+    private readonly db: pg.Pool,
     private readonly queries: Queries,
     private readonly metrics: EngineMetrics,
     private readonly logger: EngineLogger,
-    config?: Partial<ReaperConfig>,
+    config: Partial<ReaperConfig> | undefined,
+    private readonly keys: ReaperKeys,
     private readonly onReaped: () => void = () => {},
   ) {
     this.config = withDefaults(REAPER_DEFAULTS, config);
@@ -99,11 +109,34 @@ export class Reaper {
       reaped += rows.length;
       if (!full) break;
     }
+    const cancelsEnded = await this.endExpiredCancels();
     if (reaped > 0) {
       this.logger.log(`Reaper recovered ${reaped} expired lease(s) (${dead} dead).`);
       this.onReaped();
     }
-    return { reaped, dead, batches };
+    return { reaped, dead, batches, cancelsEnded };
+  }
+
+  /**
+   * Cancelled jobs whose attempt may still have been running hold their ordering key until their
+   * worker confirms the attempt ended; a worker that crashed never does, so once the lease has
+   * run out (by the fence's own rule, the attempt is over) the reaper ends it. Bounded like the rest.
+   */
+  private async endExpiredCancels(): Promise<number> {
+    let ended = 0;
+    for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
+      const [row] = await runReleasingKeys<{ ended: number } & ReleasedKeys>(
+        this.db,
+        this.queries,
+        this.keys.channel,
+        this.queries.endExpiredCancels,
+        [this.config.batchSize],
+        this.keys.keysDeferred,
+      );
+      ended += row?.ended ?? 0;
+      if ((row?.ended ?? 0) < this.config.batchSize) break;
+    }
+    return ended;
   }
 
   /** A batch's worth of expired leases, each in a statement of its own; `full` when a batch's worth was found. */

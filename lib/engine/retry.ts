@@ -1,4 +1,5 @@
 import { isErrorCode, PermanentJobError, RetryableJobError } from './errors.js';
+import { isTransientDatabaseError, sqlState } from './pg-errors.js';
 import type { AbortCode, BackoffOptions } from './types.js';
 
 /**
@@ -6,8 +7,11 @@ import type { AbortCode, BackoffOptions } from './types.js';
  * - permanent (`PermanentJobError`): the job cannot succeed as it is, so it is dead at once;
  * - transient (`RetryableJobError`, or the worker's own aborts: lease expiring, maximum runtime):
  *   retried with backoff until max attempts, honouring a retry-after the error carries;
- * - unknown (anything else, including non-Error throws): retried, but only within a small budget,
- *   because an error nobody anticipated is as likely a bug as a blip.
+ * - transient too: PostgreSQL's retryable errors (SQLSTATE classes 08 and 40, 57P01-57P03, 55P03)
+ *   and a lost connection, wherever they were raised, with the SQLSTATE (`SQLSTATE_40001`) or the
+ *   connection error's own code (`ECONNRESET`, else `CONNECTION_LOST`) as the code;
+ * - unknown (anything else, including non-Error throws and other SQLSTATEs): retried, but only
+ *   within a small budget, because an error nobody anticipated is as likely a bug as a blip.
  */
 export type FailureClass = 'permanent' | 'transient' | 'unknown';
 
@@ -34,13 +38,17 @@ export function classifyFailure(thrown: unknown, abortCode?: AbortCode): Classif
     return { class: 'transient', code: abortCode, message: boundedMessage(`${why}: ${messageOf(thrown)}`), retryAfterMs: undefined };
   }
   if (thrown instanceof Error) {
-    const code = (thrown as { code?: unknown }).code;
-    return {
-      class: 'unknown',
-      code: isErrorCode(code) ? code : 'UNKNOWN',
-      message: boundedMessage(`${thrown.name}: ${thrown.message}`),
-      retryAfterMs: undefined,
-    };
+    // The database's own word on a failure: a lost connection, a restart, a serialization failure
+    // or deadlock, a lock timeout are worth another attempt wherever they were raised (a handler's
+    // own query, or its work inside ctx.complete); any other SQLSTATE is about the statement or its
+    // data and keeps the small budget. Either way the SQLSTATE is the code.
+    const state = sqlState(thrown);
+    const raw = (thrown as { code?: unknown }).code;
+    const code = state !== undefined ? `SQLSTATE_${state}` : isErrorCode(raw) ? raw : undefined;
+    if (isTransientDatabaseError(thrown)) {
+      return { class: 'transient', code: code ?? 'CONNECTION_LOST', message: boundedMessage(`${thrown.name}: ${thrown.message}`), retryAfterMs: undefined };
+    }
+    return { class: 'unknown', code: code ?? 'UNKNOWN', message: boundedMessage(`${thrown.name}: ${thrown.message}`), retryAfterMs: undefined };
   }
   return {
     class: 'unknown',
@@ -77,7 +85,8 @@ export function decideRetry(
 ): RetryDecision {
   const budget = failure.class === 'unknown' ? Math.min(maxAttempts, unknownErrorAttempts) : maxAttempts;
   if (failure.class === 'permanent' || attempt >= budget) return { dead: true, delayMs: 0 };
-  return { dead: false, delayMs: failure.retryAfterMs ?? backoffDelayMs(attempt, backoff, random) };
+  // Whole milliseconds: the delay is written as a bigint (a fraction made that write fail).
+  return { dead: false, delayMs: Math.ceil(failure.retryAfterMs ?? backoffDelayMs(attempt, backoff, random)) };
 }
 
 /**

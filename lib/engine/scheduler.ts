@@ -15,6 +15,9 @@ export interface SchedulerConfig {
 
 export const SCHEDULER_DEFAULTS: SchedulerConfig = { intervalMs: 1_000, batchSize: 1_000, maxBatchesPerPass: 10 };
 
+/** The shortest sleep when the next due job is held by another session (see runOnce). */
+export const LOCKED_DUE_ROW_RETRY_MS = 25;
+
 /**
  * Promotes due jobs from 'scheduled' to 'pending'. Delayed jobs and retries waiting out their
  * backoff live in 'scheduled', outside the claimable index, so a million of them cost a claim
@@ -61,7 +64,11 @@ export class Scheduler {
       promoted += count;
       if (count < this.config.batchSize) {
         const [next] = await run<{ ms_left: number }>(this.db, this.queries.nextScheduledInMs, []);
-        this.nextDelayMs = next ? Math.min(this.config.intervalMs, Math.max(1, Math.ceil(next.ms_left))) : this.config.intervalMs;
+        // A job already due after a pass that promoted less than a batch is one that pass skipped:
+        // another session holds its row. Waiting for it at full speed is a spin (over a thousand
+        // passes a second); it is looked at again after a floor.
+        const msLeft = next ? Math.ceil(next.ms_left) : this.config.intervalMs;
+        this.nextDelayMs = Math.min(this.config.intervalMs, msLeft <= 0 ? LOCKED_DUE_ROW_RETRY_MS : msLeft);
         return promoted;
       }
     }

@@ -52,27 +52,71 @@ function jitteredBackoffMs(job: string): string {
     ${job}.backoff_base_ms::float8 * power(2::float8, least(greatest(${job}.attempt_count - 1, 0), ${BACKOFF_MAX_EXPONENT}))))`;
 }
 
+/** The keys of the jobs a CTE (`finished`) finished, with how many of each: what releaseKeys takes. */
+function keysOf(finished: string): string {
+  return `SELECT queue_name, ordering_key, count(*)::int AS n FROM ${finished} WHERE ordering_key IS NOT NULL GROUP BY 1, 2`;
+}
+
 /**
- * Statements that finish jobs (succeeded, cancelled, deleted) release their ordering keys: a
- * CTE `released_keys` decrements each key's count of unfinished jobs, and the statement reports
+ * Statements that finish jobs (succeeded, cancelled, deleted) release their ordering keys: CTEs
+ * that decrement each key's count of unfinished jobs (`released_keys`), and the statement reports
  * the keys (`key_queues`, `key_names`) so that `promoteKeyHeads` can run next in the same
  * transaction, with a snapshot that sees every producer that held the key's row before us.
+ *
+ * A key's row is never waited for. A producer adding to a key holds the row until its transaction
+ * commits, which may take as long as the producer likes; waiting for it would stall this
+ * statement, and a completer batch carries many queues' jobs. A key whose row is held is handed
+ * off instead (`deferred_keys`, into key_handoffs, in this same transaction) and released by the
+ * KeyHandoffs pass once the row is free. Key rows are locked in one global order (queue, key), so
+ * two statements never lock two keys in opposite orders (a deadlock), and each is probed by its
+ * primary key (LATERAL: one probe per key, O(batch) whatever the planner thinks of the table).
+ *
+ * `finishedKeys` selects (queue_name, ordering_key, n); `defer: false` (the handoff pass itself)
+ * leaves what it cannot release where it is instead of handing it off again.
  */
-function releaseKeys(keysTable: string, finished: string): string {
-  return `released_keys AS (
-         UPDATE ${keysTable} AS ok SET unfinished = ok.unfinished - f.n
-         FROM (SELECT queue_name, ordering_key, count(*)::int AS n FROM ${finished}
-               WHERE ordering_key IS NOT NULL GROUP BY 1, 2) f
-         WHERE ok.queue_name = f.queue_name AND ok.ordering_key = f.ordering_key
+function releaseKeys(s: string, finishedKeys: string, defer = true): string {
+  return `finished_keys AS (
+         ${finishedKeys}
+       ), locked_keys AS (
+         SELECT o.row, f.queue_name, f.ordering_key, f.n
+         FROM (SELECT * FROM finished_keys ORDER BY queue_name, ordering_key) f
+           CROSS JOIN LATERAL (SELECT ok.ctid AS row FROM ${s}.ordering_keys ok
+                               WHERE ok.queue_name = f.queue_name AND ok.ordering_key = f.ordering_key
+                               FOR UPDATE SKIP LOCKED) o
+       ), released_keys AS (
+         UPDATE ${s}.ordering_keys AS ok SET unfinished = ok.unfinished - l.n
+         FROM locked_keys l
+         WHERE ok.ctid = l.row
          RETURNING ok.queue_name, ok.ordering_key
+       ), deferred_keys AS (
+         ${
+           defer
+             ? `INSERT INTO ${s}.key_handoffs (queue_name, ordering_key, n)
+         SELECT f.queue_name, f.ordering_key, f.n FROM finished_keys f
+         WHERE NOT EXISTS (SELECT 1 FROM locked_keys l WHERE l.queue_name = f.queue_name AND l.ordering_key = f.ordering_key)
+         RETURNING 1`
+             : `SELECT 1 FROM finished_keys f
+         WHERE NOT EXISTS (SELECT 1 FROM locked_keys l WHERE l.queue_name = f.queue_name AND l.ordering_key = f.ordering_key)`
+         }
        )`;
 }
 
 const RELEASED_KEYS_COLUMNS = `(SELECT array_agg(queue_name) FROM released_keys) AS key_queues,
-              (SELECT array_agg(ordering_key) FROM released_keys) AS key_names`;
+              (SELECT array_agg(ordering_key) FROM released_keys) AS key_names,
+              (SELECT count(*) FROM deferred_keys)::int AS keys_deferred`;
+
+/**
+ * A cancelled job whose attempt may still be running (see migration 0006): it holds its key until
+ * its worker confirms the attempt is over or its lease runs out. The same test as the predicate of
+ * jobs_key_head_idx, so the "has a head" probe can use it.
+ */
+function holdsKey(job: string): string {
+  return `(${job}.status IN ('scheduled', 'pending', 'running', 'dead') OR (${job}.status = 'cancelled' AND ${job}.lease_expires_at IS NOT NULL))`;
+}
 
 export interface Queries {
   readonly schema: string;
+  readonly statementTimeoutMs: number;
   readonly declareQueues: QueryText;
   readonly listQueues: QueryText;
   readonly enqueue: QueryText;
@@ -92,7 +136,13 @@ export interface Queries {
   readonly unfinishedJobs: QueryText;
   readonly setQueuePaused: QueryText;
   readonly lockFence: QueryText;
+  readonly requireTransaction: QueryText;
   readonly fenceLoss: QueryText;
+  readonly startAttempt: QueryText;
+  readonly checkLeases: QueryText;
+  readonly endCancelledAttempt: QueryText;
+  readonly endExpiredCancels: QueryText;
+  readonly handOffKeys: QueryText;
   readonly recordFenceLoss: QueryText;
   readonly beginEffect: QueryText;
   readonly confirmEffect: QueryText;
@@ -110,18 +160,35 @@ export interface Queries {
 export interface QueryText {
   readonly name: string;
   readonly text: string;
+  /** Client-side bound of the statement (pg's per-query `query_timeout`), in ms. */
+  readonly query_timeout: number;
 }
 
-export function createQueries(schemaName: string): Queries {
+export interface QueryOptions {
+  /** Bound of every statement (see PgQueueOptions.statementTimeoutMs). */
+  readonly statementTimeoutMs: number;
+}
+
+export const STATEMENT_TIMEOUT_DEFAULT_MS = 10_000;
+
+/**
+ * The client-side timeout waits this much longer than the server's statement_timeout, so that
+ * on a live connection the server's own error (57014, with its SQLSTATE) arrives first.
+ */
+export const CLIENT_TIMEOUT_SLACK_MS = 1_000;
+
+export function createQueries(schemaName: string, options: QueryOptions = { statementTimeoutMs: STATEMENT_TIMEOUT_DEFAULT_MS }): Queries {
   const schema = validateSchemaName(schemaName);
   const s = quoteIdentifier(schema);
   const jobs = `${s}.jobs`;
   const events = `${s}.job_events`;
   const status = `${s}.job_status`;
-  const q = (name: string, text: string): QueryText => ({ name: `pgq:${schema}:${name}`, text });
+  const query_timeout = options.statementTimeoutMs + CLIENT_TIMEOUT_SLACK_MS;
+  const q = (name: string, text: string): QueryText => ({ name: `pgq:${schema}:${name}`, text, query_timeout });
 
   return {
     schema,
+    statementTimeoutMs: options.statementTimeoutMs,
 
     declareQueues: q(
       'declare-queues',
@@ -148,9 +215,11 @@ export function createQueries(schemaName: string): Queries {
          SELECT q, k, count(*)::int AS n FROM input WHERE k IS NOT NULL GROUP BY q, k
        ), key_rows AS (
          -- Producers of one key serialise on its row (ON CONFLICT locks and reads its latest
-         -- version), so within a key, ids follow commit order, and the count is exact.
+         -- version), so within a key, ids follow commit order, and the count is exact. Rows are
+         -- locked in one global order (queue, key), as every statement that locks key rows does:
+         -- two batches of the same keys in opposite orders would otherwise deadlock.
          INSERT INTO ${s}.ordering_keys AS ok (queue_name, ordering_key, unfinished)
-         SELECT q, k, n FROM batch_keys
+         SELECT q, k, n FROM batch_keys ORDER BY q, k
          ON CONFLICT (queue_name, ordering_key) DO UPDATE SET unfinished = ok.unfinished + excluded.unfinished
          RETURNING ok.queue_name, ok.ordering_key, ok.unfinished
        ), inserted AS (
@@ -228,7 +297,7 @@ export function createQueries(schemaName: string): Queries {
        -- = ANY(ARRAY(…)) rather than a join: the planner cannot size the candidates (their LIMIT is
        -- an expression), and a misjudged join turns the update into a scan of the whole table.
        WHERE j.id = ANY (ARRAY(SELECT id FROM candidate))
-       RETURNING j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts,
+       RETURNING j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts, j.max_runtime_ms,
                  j.lease_token::text AS lease_token, j.created_at, j.deadline_at, j.ordering_key,
                  (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
                  j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
@@ -256,7 +325,7 @@ export function createQueries(schemaName: string): Queries {
          -- = ANY($1): a primary-key probe per id, however the planner sizes unnest().
          WHERE j.id = ANY ($1::bigint[]) AND ${fence('j', 'i.id', '$3', 'i.token')}
          RETURNING j.id, i.token, j.queue_name, j.ordering_key
-       ), ${releaseKeys(`${s}.ordering_keys`, 'done')}, lost AS (
+       ), ${releaseKeys(s, keysOf('done'))}, lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
          SELECT j.id, 'lost_fence', j.status, j.attempt_count, i.token, $3, ${fenceLossCode('j', 'i.token', '$3')}
          FROM input i JOIN ${jobs} j ON j.id = i.id
@@ -291,7 +360,7 @@ export function createQueries(schemaName: string): Queries {
          -- the queue. Each key is one probe of the head index.
          WHERE (SELECT 1 FROM ${jobs} h
                 WHERE h.queue_name = keys.q AND h.ordering_key = keys.k AND NOT h.key_waiting
-                  AND h.status IN ('scheduled', 'pending', 'running', 'dead')
+                  AND ${holdsKey('h')}
                 LIMIT 1) IS NULL
        ), promoted AS (
          -- = ANY(ARRAY(…)), as in the claim, for the same reason: a join can become a walk of
@@ -535,14 +604,23 @@ export function createQueries(schemaName: string): Queries {
     /**
      * Takes the fence as a row lock, inside a handler's transactional completion: the row is
      * locked with the full fence predicate, so from here to COMMIT no one else can change the job
-     * (the reaper skips locked rows, cancellation waits), whatever the clock says: now() is frozen
-     * inside the transaction, and the lock is what makes the fence hold.
+     * (the reaper and the claim skip locked rows, a cancellation waits). Never waits itself (SKIP
+     * LOCKED): a row someone else holds gives NULL, and the caller tells "held" from "lost" with
+     * fenceLoss and tries again for a bounded time, so no lock_timeout is set in the caller's
+     * transaction and no lock error aborts it.
      * $1 id, $2 owner, $3 token.
      */
     lockFence: q(
       'lock-fence',
-      `SELECT j.id FROM ${jobs} AS j WHERE ${fence('j', '$1', '$2', '$3')} FOR UPDATE OF j`,
+      `SELECT (SELECT j.id FROM ${jobs} AS j WHERE ${fence('j', '$1', '$2', '$3')} FOR UPDATE OF j SKIP LOCKED)::text AS locked`,
     ),
+
+    /**
+     * Fails (25P01) unless the connection is inside a transaction block: a caller's client in
+     * autocommit would let ctx.complete's lock end with its statement and its work commit on its
+     * own. One round trip, no parameters (simple protocol, two statements), nothing left behind.
+     */
+    requireTransaction: q('require-transaction', `SAVEPOINT pgq_complete; RELEASE SAVEPOINT pgq_complete`),
 
     /**
      * Why a fence was refused, for a caller that learnt it from a statement without reasons, and
@@ -551,9 +629,107 @@ export function createQueries(schemaName: string): Queries {
     fenceLoss: q(
       'fence-loss',
       `SELECT CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', '$2::bigint', '$3::text')} END AS loss,
-              j.status::text AS status
+              j.status::text AS status,
+              -- The fence still holds (the row may be locked by someone else, see lockFence).
+              coalesce(${fence('j', '$1::bigint', '$3::text', '$2::bigint')}, false) AS owned
        FROM (SELECT 1) AS one LEFT JOIN ${jobs} AS j ON j.id = $1`,
     ),
+
+    /**
+     * A prefetched job's attempt starts: its lease is renewed to a full length and its deadline set
+     * from now, so time spent waiting in the worker's buffer is neither lease nor runtime the
+     * handler loses. Fenced; run only when the buffered lease is too short to be useful.
+     * $1 id, $2 owner, $3 token, $4 lease ms.
+     */
+    startAttempt: q(
+      'start-attempt',
+      `WITH target AS (SELECT $1::bigint AS id, $2::text AS owner, $3::bigint AS token),
+       started AS (
+         UPDATE ${jobs} AS j
+         SET deadline_at = now() + ${ms('j.max_runtime_ms')},
+             lease_expires_at = now() + ${ms('least($4::bigint, j.max_runtime_ms)')}
+         FROM target t
+         WHERE ${fence('j', 't.id', 't.owner', 't.token')}
+         RETURNING (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
+                   j.lease_expires_at >= j.deadline_at AS lease_at_deadline, j.deadline_at
+       )
+       SELECT s.lease_ms_left, s.lease_at_deadline, s.deadline_at,
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
+       FROM target t LEFT JOIN started s ON true LEFT JOIN ${jobs} j ON j.id = t.id`,
+    ),
+
+    /**
+     * A worker's leases that are no longer its own (cancelled, reaped, reclaimed), with why: run
+     * once per poll, so a cancel reaches the handler even when its NOTIFY is lost. Read-only.
+     * $1 ids, $2 tokens, $3 owner.
+     */
+    checkLeases: q(
+      'check-leases',
+      `SELECT i.id::text AS id, i.token::text AS token,
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token', '$3')} END AS loss
+       FROM unnest($1::bigint[], $2::bigint[]) AS i(id, token) LEFT JOIN ${jobs} j ON j.id = i.id
+       WHERE j.id IS NULL OR j.status <> 'running' OR j.lease_token <> i.token OR j.lease_owner <> $3`,
+    ),
+
+    /**
+     * The worker of a cancelled job confirms that the job's attempt is over (its handler settled,
+     * or it never started): the job lets go of its lease and of its ordering key. Not a fenced
+     * write of the job's state (that is final already); matched on this attempt's token and owner.
+     * $1 id, $2 owner, $3 token.
+     */
+    endCancelledAttempt: q(
+      'end-cancelled-attempt',
+      `WITH ended AS (
+         UPDATE ${jobs} AS j SET lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL
+         WHERE j.id = $1 AND j.status = 'cancelled' AND j.lease_owner = $2 AND j.lease_token = $3
+           AND j.lease_expires_at IS NOT NULL
+         RETURNING j.id, j.queue_name, j.ordering_key
+       ), ${releaseKeys(s, keysOf('ended'))}
+       SELECT (SELECT count(*) FROM ended)::int AS ended, ${RELEASED_KEYS_COLUMNS}`,
+    ),
+
+    /**
+     * The reaper's pass over cancelled attempts whose worker never confirmed them (it crashed, or
+     * its handler ignores its signal): once the lease has run out the attempt is over by the
+     * fence's own rule, and the job lets go of its key. Bounded, SKIP LOCKED, as reapExpired.
+     * $1 limit.
+     */
+    endExpiredCancels: q(
+      'end-expired-cancels',
+      `WITH expired AS (
+         SELECT id FROM ${jobs}
+         WHERE status = 'cancelled' AND lease_expires_at <= now()
+         ORDER BY lease_expires_at
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED
+       ), ended AS (
+         UPDATE ${jobs} AS j SET lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL
+         FROM expired e WHERE j.id = e.id
+         RETURNING j.id, j.queue_name, j.ordering_key
+       ), ${releaseKeys(s, keysOf('ended'))}
+       SELECT (SELECT count(*) FROM ended)::int AS ended, ${RELEASED_KEYS_COLUMNS}`,
+    ),
+
+    /**
+     * The KeyHandoffs pass: key releases that had to be handed off because a producer held the
+     * key's row (see releaseKeys) are applied now, for each key whose row is free; the rest wait
+     * for the next pass. Bounded, SKIP LOCKED, safe in every process.
+     * $1 limit.
+     */
+    handOffKeys: q(
+      'hand-off-keys',
+      `WITH pending AS (
+         SELECT id, queue_name, ordering_key, n FROM ${s}.key_handoffs ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+       ), ${releaseKeys(s, 'SELECT queue_name, ordering_key, sum(n)::int AS n FROM pending GROUP BY 1, 2', false)}, handed AS (
+         DELETE FROM ${s}.key_handoffs h
+         USING pending p
+         WHERE h.id = p.id
+           AND EXISTS (SELECT 1 FROM locked_keys l WHERE l.queue_name = p.queue_name AND l.ordering_key = p.ordering_key)
+         RETURNING h.id
+       )
+       SELECT (SELECT count(*) FROM pending)::int AS pending, (SELECT count(*) FROM handed)::int AS handed, ${RELEASED_KEYS_COLUMNS}`,
+    ),
+
 
     /**
      * fenceLoss for a fenced write refused by a statement that records nothing (ctx.complete's
@@ -584,7 +760,7 @@ export function createQueries(schemaName: string): Queries {
       `WITH owned AS (
          SELECT j.id, j.attempt_count FROM ${jobs} AS j WHERE ${fence('j', '$1', '$2', '$3')}
        ), earlier AS (
-         SELECT status, result FROM ${s}.job_effects WHERE job_id = $1 AND name = $4
+         SELECT status, result, result_stored FROM ${s}.job_effects WHERE job_id = $1 AND name = $4
        ), started AS (
          INSERT INTO ${s}.job_effects AS e (job_id, name, idempotency_key, status, lease_token)
          SELECT id, $4, $5, 'started', $3 FROM owned
@@ -598,31 +774,33 @@ export function createQueries(schemaName: string): Queries {
          FROM owned o CROSS JOIN started s
        )
        SELECT EXISTS (SELECT 1 FROM owned) AS owned, (SELECT status FROM earlier) AS earlier,
-              (SELECT result FROM earlier) AS result`,
+              (SELECT result FROM earlier) AS result, (SELECT result_stored FROM earlier) AS result_stored`,
     ),
 
     /**
-     * After an external call: the effect is confirmed with its (bounded) result. Not fenced on
-     * purpose: the call happened, with the effect's idempotency key, whoever holds the lease now;
-     * the record states a fact about the outside world, not the job's state.
-     * $1 id, $2 worker, $3 token, $4 effect name, $5 result, $6 event kind.
+     * After an external call: the effect is confirmed with its (bounded) result, or as happened
+     * without it ($7 false: the result could not be stored). Not fenced on purpose: the call
+     * happened, with the effect's idempotency key, whoever holds the lease now; the record states
+     * a fact about the outside world, not the job's state. An effect confirmed without its result
+     * may get it later (a reconciliation).
+     * $1 id, $2 worker, $3 token, $4 effect name, $5 result, $6 event kind, $7 result stored.
      */
     confirmEffect: q(
       'confirm-effect',
       `WITH confirmed AS (
-         UPDATE ${s}.job_effects SET status = 'confirmed', result = $5, confirmed_at = now()
-         WHERE job_id = $1 AND name = $4 AND status = 'started'
+         UPDATE ${s}.job_effects SET status = 'confirmed', result = $5, result_stored = $7, confirmed_at = now()
+         WHERE job_id = $1 AND name = $4 AND (status = 'started' OR (status = 'confirmed' AND NOT result_stored))
          RETURNING job_id
        ), audit AS (
          INSERT INTO ${events} (job_id, kind, lease_token, worker, message)
-         SELECT job_id, $6, $3, $2, $4 FROM confirmed
+         SELECT job_id, $6, $3, $2, CASE WHEN $7 THEN $4 ELSE $4 || ' (result not stored)' END FROM confirmed
        )
        SELECT (SELECT count(*) FROM confirmed)::int AS applied`,
     ),
 
     jobEffects: q(
       'job-effects',
-      `SELECT name, idempotency_key, status, result, attempts, lease_token::text AS lease_token, started_at, confirmed_at
+      `SELECT name, idempotency_key, status, result, result_stored, attempts, lease_token::text AS lease_token, started_at, confirmed_at
        FROM ${s}.job_effects WHERE job_id = $1 ORDER BY started_at, name`,
     ),
 
@@ -646,7 +824,13 @@ export function createQueries(schemaName: string): Queries {
      * by $2. It waits for the row lock (no SKIP LOCKED): a transactional completion in progress
      * decides first. A running job is cancelled at once in the table, so its worker's late writes
      * are refused by the fence with the reason "cancelled"; a NOTIFY tells that worker to abort
-     * the handler's signal now rather than at its next heartbeat.
+     * the handler's signal now rather than at its next heartbeat (and its worker checks its leases
+     * every poll, in case the NOTIFY is lost).
+     *
+     * A running job's attempt is not over when it is cancelled: its handler may still be running,
+     * so the job keeps its lease (owner, token, expiry) and its ordering key until its worker
+     * confirms the attempt ended (endCancelledAttempt) or the lease runs out (the reaper's
+     * endExpiredCancels). Its key's next job cannot start beside it.
      * $1 id, $2 allowed statuses, $3 event kind, $4 actor, $5 reason, $6 channel.
      */
     cancel: q(
@@ -655,12 +839,15 @@ export function createQueries(schemaName: string): Queries {
          SELECT id, status, lease_owner, lease_token, attempt_count FROM ${jobs} WHERE id = $1 FOR UPDATE
        ), ended AS (
          UPDATE ${jobs} AS j
-         SET status = 'cancelled', finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL,
+         SET status = 'cancelled', finished_at = now(),
+             lease_owner = CASE WHEN t.status = 'running' THEN j.lease_owner END,
+             lease_expires_at = CASE WHEN t.status = 'running' THEN j.lease_expires_at END,
+             deadline_at = CASE WHEN t.status = 'running' THEN j.deadline_at END,
              key_waiting = false
          FROM target t
          WHERE j.id = t.id AND t.status = ANY($2::${status}[])
-         RETURNING j.id, j.queue_name, j.ordering_key
-       ), ${releaseKeys(`${s}.ordering_keys`, 'ended')}, audit AS (
+         RETURNING j.id, j.queue_name, CASE WHEN t.status = 'running' THEN NULL ELSE j.ordering_key END AS ordering_key
+       ), ${releaseKeys(s, keysOf('ended'))}, audit AS (
          INSERT INTO ${events} (job_id, kind, from_status, to_status, attempt, lease_token, worker, actor, message)
          SELECT t.id, $3, t.status, 'cancelled', t.attempt_count, t.lease_token, t.lease_owner, $4, $5
          FROM target t JOIN ended e ON e.id = t.id
@@ -739,9 +926,10 @@ export function createQueries(schemaName: string): Queries {
       `WITH removed AS (
          DELETE FROM ${jobs} WHERE id = $1 AND status IN ('succeeded', 'dead', 'cancelled')
          RETURNING id, status, queue_name, finished_at,
-                   -- Only a dead job still holds its key; succeeded and cancelled ones released it.
-                   CASE WHEN status = 'dead' THEN ordering_key END AS ordering_key
-       ), ${releaseKeys(`${s}.ordering_keys`, 'removed')}, logged AS (
+                   -- Only a dead job, or a cancelled one whose attempt is not over, still holds its
+                   -- key; succeeded and other cancelled ones released it.
+                   CASE WHEN status = 'dead' OR lease_expires_at IS NOT NULL THEN ordering_key END AS ordering_key
+       ), ${releaseKeys(s, keysOf('removed'))}, logged AS (
          INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
          SELECT $2, $3, status, queue_name, finished_at, 1, ARRAY[id] FROM removed
        )
@@ -764,7 +952,7 @@ export function createQueries(schemaName: string): Queries {
          FOR UPDATE SKIP LOCKED
        ), removed AS (
          DELETE FROM ${jobs} AS j USING doomed d WHERE j.id = d.id RETURNING j.id, j.queue_name, j.ordering_key
-       ), ${releaseKeys(`${s}.ordering_keys`, 'removed')}, logged AS (
+       ), ${releaseKeys(s, keysOf('removed'))}, logged AS (
          INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
          SELECT $4, $5, 'dead', $2, $1, count(*), array_agg(id ORDER BY id) FROM removed HAVING count(*) > 0
          RETURNING removed

@@ -1,10 +1,17 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
 import { requireInteger } from './config.js';
-import { run, transaction, type Queryable, type ReleasedKeys } from './db.js';
-import { RetryableJobError } from './errors.js';
-import type { Lease } from './lease.js';
+import { promoteReleasedKeys, run, transaction, type Queryable, type ReleasedKeys } from './db.js';
+import { HandlerUsageError, RetryableJobError } from './errors.js';
+import { fenceLossReason, type Lease } from './lease.js';
+import { sqlState } from './pg-errors.js';
+import type { Queries } from './sql.js';
 import type { CompleteOptions } from './types.js';
 
 export const LOCK_TIMEOUT_DEFAULT_MS = 5_000;
+
+/** How often a completion whose row someone else holds looks again (see lockFence in sql.ts). */
+const LOCK_RETRY_MS = 20;
 
 /**
  * Fenced transactional completion: the handler's own writes commit together with the job's
@@ -13,37 +20,91 @@ export const LOCK_TIMEOUT_DEFAULT_MS = 5_000;
  * fails at the first step, so its writes never happen; and while the lock is held, nothing can
  * take the job away (the reaper skips locked rows, a cancellation waits). Peers' completion in a
  * transaction (River's JobCompleteTx) checks only the state column, which a stale worker passes.
+ *
+ * Off the happy path:
+ * - `{ client }` must be inside a transaction block (BEGIN): in autocommit the lock would end with
+ *   its statement and the work would commit on its own even when the completion is refused.
+ * - The fence compares with the database's clock at each statement (clock_timestamp()), so a
+ *   caller's transaction opened before the lease expired cannot complete after it.
+ * - Nothing here sets anything in the caller's transaction (no lock_timeout): the row lock is
+ *   taken with SKIP LOCKED and retried for `lockTimeoutMs` instead.
+ * - Nothing here asks the pool for a connection while the transaction holds one: a refusal is
+ *   read on the transaction's own connection, and recorded in the job's history by the worker
+ *   once the handler has settled.
  */
 export async function completeInTransaction<R>(lease: Lease, work: (tx: Queryable) => Promise<R>, options: CompleteOptions = {}): Promise<R> {
-  if (lease.lost || lease.completedInTransaction) throw await lease.lostOn('complete');
+  if (lease.completion !== undefined) throw lease.lostError('finished');
+  if (lease.lost) throw lease.lostError(lease.lost);
   const lockTimeoutMs = requireInteger('lockTimeoutMs', options.lockTimeoutMs ?? LOCK_TIMEOUT_DEFAULT_MS, 1, 600_000);
+  const { queries, owner, channel } = lease.deps;
+  const { id, leaseToken } = lease.job;
+
   const inTransaction = async (tx: Queryable): Promise<R> => {
-    // SET LOCAL cannot take a parameter; the value is a validated integer.
-    await tx.query({ text: `SET LOCAL lock_timeout = ${lockTimeoutMs}` });
-    const locked = await run(tx, lease.deps.queries.lockFence, [lease.job.id, lease.deps.owner, lease.job.leaseToken]).catch((error: unknown) => {
-      if ((error as { code?: string }).code === '55P03') {
-        throw new RetryableJobError(`Job ${lease.job.id}: its row stayed locked for ${lockTimeoutMs} ms (an operator's cancellation?); nothing was written.`, {
+    const lockUntil = performance.now() + lockTimeoutMs;
+    for (;;) {
+      const [lock] = await run<{ locked: string | null }>(tx, queries.lockFence, [id, owner, leaseToken]);
+      if (lock?.locked != null) break;
+      const [loss] = await run<{ loss: string; owned: boolean }>(tx, queries.fenceLoss, [id, leaseToken, owner]);
+      if (!loss?.owned) {
+        const reason = fenceLossReason(loss?.loss ?? 'LEASE_LOST');
+        lease.lossToRecord = true;
+        lease.markLost(reason, 'complete');
+        throw lease.lostError(reason);
+      }
+      // Still ours, but someone holds the row (an operator's cancellation deciding first).
+      if (performance.now() >= lockUntil) {
+        throw new RetryableJobError(`Job ${id}: its row stayed locked for ${lockTimeoutMs} ms (an operator's cancellation?); nothing was written.`, {
           code: 'FENCE_LOCK_TIMEOUT',
         });
       }
-      throw error;
-    });
-    // Refused by the database: recorded in the job's history like any refused completion.
-    if (locked.length === 0) throw await lease.lostOn('complete', true);
-    const result = await work(tx);
-    const [done] = await run<{ applied: boolean } & ReleasedKeys>(tx, lease.deps.queries.completeMany, [
-      [lease.job.id],
-      [lease.job.leaseToken],
-      lease.deps.owner,
-    ]);
-    // We hold the row lock taken under the fence, so this cannot be refused; check anyway.
-    if (!done?.applied) throw await lease.lostOn('complete');
-    if (done.key_queues?.length) {
-      await run(tx, lease.deps.queries.promoteKeyHeads, [done.key_queues, done.key_names, lease.deps.channel]);
+      await sleep(Math.min(LOCK_RETRY_MS, Math.max(1, lockUntil - performance.now())));
     }
+
+    lease.openTransaction = tx;
+    let result: R;
+    try {
+      result = await work(tx);
+    } finally {
+      lease.openTransaction = undefined;
+    }
+    const [done] = await run<{ applied: boolean; loss: string } & ReleasedKeys>(tx, queries.completeMany, [[id], [leaseToken], owner]);
+    if (!done?.applied) {
+      // We hold the row, so only time can refuse it now: the lease ran out during the work (by
+      // the database's clock). The work rolls back with the refusal.
+      const reason = fenceLossReason(done?.loss ?? 'LEASE_LOST');
+      lease.lossToRecord = true;
+      lease.markLost(reason, 'complete');
+      throw lease.lostError(reason);
+    }
+    // Told once the transaction commits (the worker does, after the handler settles).
+    if (await promoteReleasedKeys(tx, queries, channel, done)) lease.keysDeferred = true;
     return result;
   };
-  const result = options.client ? await inTransaction(options.client) : await transaction(lease.deps.db, inTransaction);
-  lease.completedInTransaction = true;
+
+  if (options.client) {
+    await requireTransaction(options.client, queries, id);
+    const result = await inTransaction(options.client);
+    // True only once the caller commits: the worker checks after the handler settles (D14).
+    lease.completion = 'client';
+    return result;
+  }
+  const result = await transaction(lease.deps.db, inTransaction, queries);
+  lease.completion = 'own';
   return result;
+}
+
+/** A caller's client must be inside a transaction block (see requireTransaction in sql.ts). */
+async function requireTransaction(client: Queryable, queries: Queries, jobId: string): Promise<void> {
+  // By its text, not its name: two statements cannot be one prepared statement.
+  const { text, query_timeout } = queries.requireTransaction;
+  try {
+    await client.query({ text, query_timeout } as pg.QueryConfig);
+  } catch (error) {
+    if (sqlState(error) !== '25P01') throw error;
+    throw new HandlerUsageError(
+      'CLIENT_NOT_IN_TRANSACTION',
+      `Job ${jobId}: ctx.complete({ client }) needs a client inside a transaction: call client.query('BEGIN') first, and COMMIT after ctx.complete returns. ` +
+        'Nothing was written; outside a transaction the work would commit on its own even if the completion were refused.',
+    );
+  }
 }

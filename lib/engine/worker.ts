@@ -1,13 +1,14 @@
 import { performance } from 'node:perf_hooks';
 import { requireInteger } from './config.js';
 import type pg from 'pg';
-import { run } from './db.js';
-import { InvalidOptionError } from './errors.js';
+import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
+import { InvalidOptionError, RetryableJobError, type FenceLossReason } from './errors.js';
 import type { Completer } from './completer.js';
 import { fenceLossReason, Lease, type ClaimedRow } from './lease.js';
 import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
+import { whileLeaseLasts } from './retrying.js';
 import type { Queries } from './sql.js';
 import { settlesWithin } from './service.js';
 import { runInJobSpan } from './tracing.js';
@@ -24,11 +25,6 @@ export const HANDLER_DEFAULTS: HandlerOptions = {
   fairShare: 0.1,
   abortMarginMs: undefined,
 };
-
-/** The margin used when none is configured: a tenth of the lease, within [50 ms, 5 s]. */
-export function defaultAbortMarginMs(leaseMs: number): number {
-  return Math.min(5_000, Math.max(50, Math.floor(leaseMs / 10)));
-}
 
 export function resolveHandlerOptions(queue: string, options: Partial<HandlerOptions> | undefined, base: HandlerOptions): HandlerOptions {
   const merged: HandlerOptions = {
@@ -50,8 +46,14 @@ export function resolveHandlerOptions(queue: string, options: Partial<HandlerOpt
   }
   if (merged.abortMarginMs !== undefined) {
     requireInteger(at('abortMarginMs'), merged.abortMarginMs, 0);
-    if (merged.abortMarginMs * 2 > merged.leaseMs) {
-      throw new InvalidOptionError(at('abortMarginMs'), `${merged.abortMarginMs} ms is more than half the lease (${merged.leaseMs} ms)`, 'Use a smaller margin or a longer lease.');
+    // The attempt's lease is the shorter of leaseMs and maxRuntimeMs.
+    const attemptLeaseMs = Math.min(merged.leaseMs, merged.maxRuntimeMs);
+    if (merged.abortMarginMs * 2 > attemptLeaseMs) {
+      throw new InvalidOptionError(
+        at('abortMarginMs'),
+        `${merged.abortMarginMs} ms is more than half the lease of an attempt (${attemptLeaseMs} ms, the shorter of leaseMs and maxRuntimeMs)`,
+        'Use a smaller margin, or a longer lease and maximum runtime.',
+      );
     }
   }
   return merged;
@@ -66,7 +68,7 @@ export interface WorkerDeps {
   readonly completer: Completer;
   readonly metrics: EngineMetrics;
   readonly logger: EngineLogger;
-  /** Claim again this often even without a wake-up: NOTIFY is only an optimisation. */
+  /** Claim again this often even without a wake-up (NOTIFY is only an optimisation); leases are checked as often. */
   readonly pollIntervalMs: number;
   /** Shutdown releases that give the attempt back before releases start to count as attempts. */
   readonly maxFreeReleases: number;
@@ -76,6 +78,8 @@ export interface WorkerDeps {
    * claims at once.
    */
   readonly wakeCooldownMs: number;
+  /** Some key releases were handed off (a producer held the key's row): run the handoff pass soon. */
+  readonly keysDeferred: () => void;
 }
 
 export interface WorkerHooks {
@@ -84,16 +88,27 @@ export interface WorkerHooks {
 }
 
 type WorkerState = 'idle' | 'running' | 'stopping' | 'stopped';
+type Outcome = { ok: true } | { ok: false; error: unknown };
+
+/** Handler durations kept for the prefetch rule: the median of the most recent ones. */
+const DURATION_SAMPLES = 32;
 
 /**
  * The claim loop of one queue in this process. It keeps up to `concurrency` handlers running and
  * up to `prefetch` claimed jobs waiting, claims in batches (one statement, committed before any
  * handler runs), and hands finished jobs to the completer. No transaction is ever open while a
  * handler runs.
+ *
+ * The prefetch rule: a buffered job's lease runs while it waits, so the buffer holds no more than
+ * the handlers finish in a quarter of a lease, by the median of recent handler times (before any
+ * are known, no more than `concurrency`), and never more than `prefetch`. A buffered job that
+ * still waited too long is renewed under the fence when it starts (startAttempt: full lease, and
+ * its deadline from then), and one whose lease runs out while it waits is released without
+ * charging its attempt: time in the buffer never costs an attempt, or starts a handler on a lease
+ * too short to be useful.
  */
 export class Worker {
   readonly options: HandlerOptions;
-  private readonly abortMarginMs: number;
   private state: WorkerState = 'idle';
   private readonly buffered: Lease[] = [];
   private readonly running = new Map<Lease, Promise<void>>();
@@ -110,6 +125,8 @@ export class Worker {
   private fairCredit = 0;
   /** When the last claim that came back short was sent (monotonic ms). */
   private lastShortClaimAt = Number.NEGATIVE_INFINITY;
+  private readonly durations: number[] = [];
+  private checking = false;
   private nudge: (() => void) | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private loop: Promise<void> | undefined;
@@ -122,7 +139,6 @@ export class Worker {
     private readonly hooks: WorkerHooks = {},
   ) {
     this.options = options;
-    this.abortMarginMs = options.abortMarginMs ?? defaultAbortMarginMs(options.leaseMs);
   }
 
   /** Jobs claimed by this worker and not finished: running handlers plus prefetched ones. */
@@ -137,7 +153,10 @@ export class Worker {
   start(): void {
     if (this.state !== 'idle') return;
     this.state = 'running';
-    this.pollTimer = setInterval(() => this.wake(), this.deps.pollIntervalMs);
+    this.pollTimer = setInterval(() => {
+      this.wake();
+      void this.checkLeases();
+    }, this.deps.pollIntervalMs);
     this.pollTimer.unref();
     this.loop = this.claimLoop();
   }
@@ -154,7 +173,7 @@ export class Worker {
    * `timeoutMs`. Then it aborts their signals, gives them `graceMs` to settle, and releases the
    * leases of those that did not (fenced, back to pending), so no job waits for the reaper.
    */
-  async stop(timeoutMs: number, graceMs = Math.min(1_000, this.abortMarginMs)): Promise<void> {
+  async stop(timeoutMs: number, graceMs = 1_000): Promise<void> {
     if (this.state === 'idle') this.state = 'stopped';
     if (this.state !== 'running') return;
     this.state = 'stopping';
@@ -168,14 +187,15 @@ export class Worker {
     if (this.running.size > 0) await settlesWithin(allSettled(), timeoutMs);
     if (this.running.size > 0) {
       for (const lease of this.running.keys()) lease.abort('SHUTDOWN', 'the worker is shutting down');
-      await settlesWithin(allSettled(), graceMs);
+      const grace = Math.min(graceMs, ...[...this.running.keys()].map((lease) => lease.abortMarginMs));
+      await settlesWithin(allSettled(), grace);
     }
     for (const lease of [...this.running.keys()]) {
       // The handler ignored its signal. Hand the job back now; its late outcome is ignored.
       this.running.delete(lease);
       lease.dispose();
       this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") did not stop at shutdown; its lease is released.`);
-      this.track(this.release(lease, true));
+      this.track(this.release(lease, lease.started));
     }
     // Bounded too: a write stuck on a dead network must not hold the shutdown forever (the reaper
     // recovers whatever it was writing).
@@ -185,6 +205,20 @@ export class Worker {
     this.state = 'stopped';
   }
 
+  /** An operator cancelled a job (a NOTIFY from any process, or this worker's lease check). */
+  cancelled(jobId: string): void {
+    for (const lease of this.running.keys()) {
+      if (lease.job.id === jobId) lease.abort('CANCELLED', 'the job was cancelled by an operator');
+    }
+    const waiting = this.buffered.findIndex((lease) => lease.job.id === jobId);
+    if (waiting !== -1) {
+      // Never started: the attempt is over now, and the job lets go of its key.
+      const [lease] = this.buffered.splice(waiting, 1);
+      lease!.dispose();
+      this.track(this.endCancelled(lease!));
+    }
+  }
+
   private poke(): void {
     const nudge = this.nudge;
     this.nudge = undefined;
@@ -192,11 +226,11 @@ export class Worker {
   }
 
   private async claimLoop(): Promise<void> {
-    const { concurrency, prefetch } = this.options;
-    const target = concurrency + prefetch;
-    // Under load, claim in batches of at least half the target instead of one job per freed slot.
-    const minBatch = Math.max(1, Math.floor(target / 2));
     while (this.state === 'running') {
+      const { concurrency } = this.options;
+      const target = concurrency + this.prefetchLimit();
+      // Under load, claim in batches of at least half the target instead of one job per freed slot.
+      const minBatch = Math.max(1, Math.floor(target / 2));
       const room = target - this.inFlight;
       const slotsIdle = this.running.size < concurrency && this.buffered.length === 0;
       // Backpressure: finished jobs whose outcome is not written yet still hold their leases.
@@ -206,7 +240,7 @@ export class Worker {
         const cooldownLeft = this.lastShortClaimAt + this.deps.wakeCooldownMs - performance.now();
         if (cooldownLeft > 0) await new Promise((resolve) => setTimeout(resolve, cooldownLeft));
         if (this.state !== 'running') break;
-        await this.claim(target - this.inFlight);
+        await this.claim(room);
         continue;
       }
       await new Promise<void>((resolve) => {
@@ -215,8 +249,34 @@ export class Worker {
     }
   }
 
+  /** How many claimed jobs may wait in the buffer now (see the class's comment). */
+  private prefetchLimit(): number {
+    const { prefetch, concurrency, leaseMs, maxRuntimeMs } = this.options;
+    const median = this.medianDurationMs();
+    if (median === undefined) return Math.min(prefetch, concurrency);
+    const quarterLease = Math.min(leaseMs, maxRuntimeMs) / 4;
+    return Math.min(prefetch, Math.floor((concurrency * quarterLease) / Math.max(median, 0.01)));
+  }
+
+  private medianDurationMs(): number | undefined {
+    if (this.durations.length === 0) return undefined;
+    const sorted = [...this.durations].sort((a, b) => a - b);
+    return sorted[Math.floor(sorted.length / 2)];
+  }
+
+  /**
+   * Below this much lease left, a buffered job is renewed before its handler starts: at least half
+   * its lease, and enough for a typical handler (1.5 × the median) plus the abort margin, but never
+   * the whole lease (a job claimed a moment ago is not renewed).
+   */
+  private renewBelowMs(lease: Lease): number {
+    const full = lease.attemptLeaseMs;
+    const median = this.medianDurationMs() ?? 0;
+    return Math.max(full / 2, Math.min(full - Math.min(full / 10, 1_000), 1.5 * median + lease.abortMarginMs));
+  }
+
   private async claim(limit: number): Promise<void> {
-    const { leaseMs, maxRuntimeMs, maxAttempts, backoff, fairShare } = this.options;
+    const { leaseMs, maxRuntimeMs, maxAttempts, backoff, fairShare, abortMarginMs } = this.options;
     this.fairCredit += limit * fairShare;
     const oldestFirst = Math.min(limit, Math.floor(this.fairCredit + 1e-9)); // 10 × 0.1 is 0.999…
     this.fairCredit -= oldestFirst;
@@ -247,7 +307,7 @@ export class Worker {
     this.moreWork = rows.length === limit || this.wakeups !== wakeupsBefore;
     this.hooks.claimed?.(rows.length);
     for (const row of rows) {
-      const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs: this.abortMarginMs }, this.deps);
+      const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, (expiring) => this.bufferedExpiry(expiring));
       this.deps.metrics.increment('jobs_claimed', { queue: this.queue });
       this.deps.metrics.observe('claim_wait_ms', Math.max(0, row.waited_ms), { queue: this.queue });
       this.deps.metrics.emit({ type: 'claimed', queue: this.queue, jobId: lease.job.id, attempt: lease.job.attempt, leaseToken: lease.job.leaseToken });
@@ -259,14 +319,64 @@ export class Worker {
   private dispatch(): void {
     while (this.state === 'running' && this.running.size < this.options.concurrency && this.buffered.length > 0) {
       const lease = this.buffered.shift()!;
-      this.running.set(lease, this.execute(lease));
+      this.running.set(lease, this.begin(lease));
+    }
+  }
+
+  /** A buffered job ran out of lease before a slot was free: hand it back, attempt not charged. */
+  private bufferedExpiry(lease: Lease): void {
+    const waiting = this.buffered.indexOf(lease);
+    if (waiting === -1) return; // it is starting (its renewal re-arms the timer)
+    this.buffered.splice(waiting, 1);
+    lease.dispose();
+    this.track(this.release(lease, false));
+    this.poke();
+  }
+
+  /** A slot is free for `lease`: renew its lease if the buffer took too much of it, then run it. */
+  private async begin(lease: Lease): Promise<void> {
+    if (!lease.lost && !lease.signal.aborted && lease.msLeft < this.renewBelowMs(lease)) await this.startAttempt(lease);
+    if (lease.lost || lease.signal.aborted) {
+      // Cancelled, reclaimed or lost before it started: the handler never runs.
+      this.running.delete(lease);
+      lease.dispose();
+      if (lease.lost === 'cancelled' || lease.abortCode === 'CANCELLED') this.track(this.endCancelled(lease));
+      this.dispatch();
+      this.poke();
+      return;
+    }
+    await this.execute(lease);
+  }
+
+  /** The fenced renewal of a buffered job's lease as its handler starts (see the class's comment). */
+  private async startAttempt(lease: Lease): Promise<void> {
+    const requestedAt = performance.now();
+    try {
+      const [row] = await run<{ lease_ms_left: number | null; lease_at_deadline: boolean | null; loss: string }>(
+        this.deps.db,
+        this.deps.queries.startAttempt,
+        [lease.job.id, this.deps.owner, lease.job.leaseToken, this.options.leaseMs],
+      );
+      if (row && row.lease_ms_left !== null) {
+        lease.renewed(requestedAt, row.lease_ms_left, row.lease_at_deadline === true);
+        return;
+      }
+      lease.markLost(fenceLossReason(row?.loss ?? 'LEASE_LOST'), 'start');
+    } catch (error) {
+      // Not renewed (the database is away): start on what is left if that is still of use, else
+      // give the job back without charging the attempt.
+      if (lease.msLeft > 2 * lease.abortMarginMs) return;
+      this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}"): its lease could not be renewed before it started (${(error as Error).message}); it is released.`);
+      lease.abort('LEASE_EXPIRED', 'its lease ran out in the buffer and could not be renewed');
+      this.track(this.release(lease, false));
     }
   }
 
   private async execute(lease: Lease): Promise<void> {
     const startedAt = performance.now();
-    let outcome: { ok: true } | { ok: false; error: unknown };
+    lease.begin();
     const abandon = this.watchForUnsettled(lease);
+    let outcome: Outcome;
     try {
       await runInJobSpan(lease.job, lease.traceCarrier, async () => this.handler(lease.job as never, lease.context));
       outcome = { ok: true };
@@ -274,47 +384,98 @@ export class Worker {
       outcome = { ok: false, error };
     } finally {
       abandon.cancel();
-      this.deps.metrics.observe('handler_duration_ms', performance.now() - startedAt, { queue: this.queue });
+      const ran = performance.now() - startedAt;
+      this.deps.metrics.observe('handler_duration_ms', ran, { queue: this.queue });
+      this.durations.push(ran);
+      if (this.durations.length > DURATION_SAMPLES) this.durations.shift();
     }
     // Not ours any more: stop() released it, or the handler ignored its abort past the grace.
-    if (!this.running.delete(lease)) return;
+    if (!this.running.delete(lease)) return this.settledLate(lease);
     lease.dispose();
     this.dispatch();
     this.poke();
-    this.track(outcome.ok ? this.complete(lease, startedAt) : this.fail(lease, outcome.error));
+    this.track(this.finish(lease, outcome, startedAt));
   }
 
-  /** An operator cancelled a job (a NOTIFY from any process): abort its handler if it runs here. */
-  cancelled(jobId: string): void {
-    for (const lease of this.running.keys()) {
-      if (lease.job.id === jobId) lease.abort('CANCELLED', 'the job was cancelled by an operator');
+  /** What the handler's outcome means for the job, now that it settled. */
+  private async finish(lease: Lease, outcome: Outcome, startedAt: number): Promise<void> {
+    if (lease.lossToRecord) this.track(this.recordLoss(lease));
+    if (lease.keysDeferred) this.deps.keysDeferred(); // ctx.complete's transaction has ended
+    if (lease.completion === 'own') {
+      // ctx.complete() committed the job's success with the handler's own writes.
+      if (!outcome.ok) this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") threw after ctx.complete() committed; it stays succeeded.`);
+      return this.succeeded(lease, startedAt);
     }
-    const waiting = this.buffered.findIndex((lease) => lease.job.id === jobId);
-    if (waiting !== -1) this.buffered.splice(waiting, 1)[0]!.dispose(); // final in the table already
+    if (lease.completion === 'client') return this.afterClientCompletion(lease, outcome, startedAt);
+    if (lease.lost === 'cancelled') return this.endCancelled(lease);
+    if (lease.lost) return;
+    // Cancelled while it ran (the NOTIFY, or the lease check): the outcome's write is refused as
+    // "cancelled" (and recorded: the handler finished after its cancel), then the attempt ends.
+    return outcome.ok ? this.complete(lease, startedAt) : this.fail(lease, outcome.error);
+  }
+
+  /** A handler abandoned earlier (it ignored its aborted signal) settled at last. */
+  private settledLate(lease: Lease): void {
+    if (lease.lossToRecord) this.track(this.recordLoss(lease));
+    // A cancelled attempt is over only now: its key's next job may start.
+    if (lease.lost === 'cancelled' || lease.abortCode === 'CANCELLED') this.track(this.endCancelled(lease));
+  }
+
+  /**
+   * ctx.complete({ client }) wrote the job's success in the caller's transaction, which only the
+   * caller's COMMIT makes true. Once the handler settled, the row says whether it did: succeeded
+   * under this claim (committed), or still running under it (rolled back, or the COMMIT failed):
+   * then the attempt failed like any other, with the handler's error if it threw.
+   */
+  private async afterClientCompletion(lease: Lease, outcome: Outcome, startedAt: number): Promise<void> {
+    const [row] = await whileLeaseLasts(lease, () =>
+      run<{ loss: string; status: string | null; owned: boolean }>(this.deps.db, this.deps.queries.fenceLoss, [lease.job.id, lease.job.leaseToken, this.deps.owner]),
+    );
+    if (row?.loss === 'FINISHED' && row.status === 'succeeded') {
+      if (!outcome.ok) this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") threw after its ctx.complete() transaction committed; it stays succeeded.`);
+      return this.succeeded(lease, startedAt);
+    }
+    if (row?.owned) {
+      const error = outcome.ok
+        ? new RetryableJobError(
+            `Job ${lease.job.id}: the handler returned after ctx.complete({ client }), but its transaction did not commit (it was rolled back, or is still open). Commit it before the handler returns.`,
+            { code: 'COMPLETION_NOT_COMMITTED' },
+          )
+        : outcome.error;
+      return this.fail(lease, error);
+    }
+    const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+    lease.markLost(reason, 'complete');
+    if (reason === 'cancelled') return this.endCancelled(lease);
   }
 
   /**
    * A handler whose signal was aborted gets half the abort margin to settle. One that does not
-   * is abandoned: its slot is freed and its attempt recorded as failed (fenced, while the lease
-   * is still ours), so a stuck handler can neither hold a slot forever nor wait for the reaper.
+   * is abandoned: its slot is freed and (when its lease ran out or its runtime did) its attempt
+   * recorded as failed, fenced, while the lease is still ours, so a stuck handler can neither
+   * hold a slot forever nor wait for the reaper. A cancelled or lost attempt writes nothing now;
+   * when (if) its handler settles at last, the attempt is over (see settledLate).
    */
   private watchForUnsettled(lease: Lease): { cancel(): void } {
     let timer: NodeJS.Timeout | undefined;
     const onAbort = () => {
       const code = lease.abortCode;
-      if (code !== 'LEASE_EXPIRED' && code !== 'MAX_RUNTIME' && code !== 'CANCELLED') return;
+      if (code !== 'LEASE_EXPIRED' && code !== 'MAX_RUNTIME' && code !== 'CANCELLED' && code !== 'LEASE_LOST') return;
       timer = setTimeout(() => {
         if (!this.running.delete(lease)) return;
         lease.dispose();
         this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") ignored its aborted signal (${code}); its slot is freed.`);
         this.dispatch();
         this.poke();
-        // A cancelled job is already final in the table: nothing to write.
-        if (code !== 'CANCELLED') this.track(this.fail(lease, new Error('the handler did not settle after its signal was aborted')));
-      }, Math.max(1, Math.floor(this.abortMarginMs / 2)));
+        if ((code === 'LEASE_EXPIRED' || code === 'MAX_RUNTIME') && !lease.lost && lease.completion === undefined) {
+          this.track(this.fail(lease, new Error('the handler did not settle after its signal was aborted')));
+        }
+      }, Math.max(1, Math.floor(lease.abortMarginMs / 2)));
       timer.unref();
     };
-    lease.signal.addEventListener('abort', onAbort, { once: true });
+    // Aborted before the handler started watching (while it started): handled the same way.
+    if (lease.signal.aborted) onAbort();
+    else lease.signal.addEventListener('abort', onAbort, { once: true });
     return {
       cancel: () => {
         clearTimeout(timer);
@@ -323,12 +484,59 @@ export class Worker {
     };
   }
 
+  /**
+   * Once per poll: asks the database which of this worker's leases are no longer its own, so a
+   * cancellation (or a reclaim) reaches the handler within one poll interval even when its NOTIFY
+   * was lost (the listener down, or deaf). Read-only.
+   */
+  private async checkLeases(): Promise<void> {
+    if (this.checking || this.state !== 'running') return;
+    const leases = [...this.running.keys(), ...this.buffered];
+    if (leases.length === 0) return;
+    this.checking = true;
+    try {
+      const rows = await run<{ id: string; token: string; loss: string }>(this.deps.db, this.deps.queries.checkLeases, [
+        leases.map((l) => l.job.id),
+        leases.map((l) => l.job.leaseToken),
+        this.deps.owner,
+      ]);
+      for (const row of rows) {
+        const lease = leases.find((l) => l.job.id === row.id && l.job.leaseToken === row.token);
+        if (!lease) continue;
+        const reason = fenceLossReason(row.loss);
+        if (reason === 'cancelled') this.cancelled(lease.job.id);
+        else this.disown(lease, reason);
+      }
+    } catch {
+      // A failed check changes nothing: the fence still guards every write. Next poll tries again.
+    } finally {
+      this.checking = false;
+    }
+  }
+
+  /**
+   * The job is someone else's now (reaped and reclaimed): a buffered one is dropped, a running
+   * one's handler is aborted. Its outcome's write is still sent and refused by the fence (and
+   * recorded as a lost fence): the check reads a snapshot, the fence decides.
+   */
+  private disown(lease: Lease, reason: FenceLossReason): void {
+    const waiting = this.buffered.indexOf(lease);
+    if (waiting !== -1) {
+      this.buffered.splice(waiting, 1);
+      lease.dispose();
+      return;
+    }
+    lease.abort('LEASE_LOST', `the worker no longer owns the job (${reason})`);
+  }
+
   private async complete(lease: Lease, startedAt: number): Promise<void> {
-    if (lease.lost) return;
-    if (lease.completedInTransaction) return this.succeeded(lease, startedAt); // ctx.complete() committed it
-    const outcome = await this.deps.completer.complete(lease.job.id, lease.job.leaseToken, lease.job.orderingKey !== null);
+    const outcome = await this.deps.completer.complete(lease.job.id, lease.job.leaseToken, {
+      keyed: lease.job.orderingKey !== null,
+      msLeft: () => lease.msLeft,
+    });
     if (!outcome.applied) {
       lease.markLost(outcome.reason, 'complete');
+      if (outcome.reason === 'cancelled') await this.endCancelled(lease);
       return;
     }
     this.succeeded(lease, startedAt);
@@ -342,27 +550,26 @@ export class Worker {
 
   private async fail(lease: Lease, error: unknown): Promise<void> {
     if (lease.lost) return;
-    if (lease.completedInTransaction) {
-      // The job's success already committed with ctx.complete(); what the handler did after it cannot undo that.
-      this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") threw after ctx.complete() committed; it stays succeeded.`);
-      return;
-    }
     const abortCode = lease.abortCode;
     if (abortCode === 'SHUTDOWN') return this.release(lease, true);
     const failure = classifyFailure(error, abortCode);
     const { maxAttempts, unknownErrorAttempts, backoff } = this.options;
     const decision = decideRetry(failure, lease.job.attempt, lease.job.maxAttempts ?? maxAttempts, unknownErrorAttempts, backoff);
-    const [row] = await run<{ applied: number; loss: string }>(this.deps.db, this.deps.queries.fail, [
-      lease.job.id,
-      this.deps.owner,
-      lease.job.leaseToken,
-      decision.dead,
-      decision.delayMs,
-      failure.code,
-      failure.message,
-    ]);
+    const [row] = await whileLeaseLasts(lease, () =>
+      run<{ applied: number; loss: string }>(this.deps.db, this.deps.queries.fail, [
+        lease.job.id,
+        this.deps.owner,
+        lease.job.leaseToken,
+        decision.dead,
+        decision.delayMs,
+        failure.code,
+        failure.message,
+      ]),
+    );
     if (!row || row.applied !== 1) {
-      lease.markLost(fenceLossReason(row?.loss ?? 'LEASE_LOST'), 'fail');
+      const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+      lease.markLost(reason, 'fail');
+      if (reason === 'cancelled') await this.endCancelled(lease);
       return;
     }
     this.deps.metrics.increment(decision.dead ? 'jobs_dead' : 'jobs_retried', { queue: this.queue, code: failure.code, attempt: lease.job.attempt });
@@ -380,19 +587,35 @@ export class Worker {
   private async release(lease: Lease, started: boolean): Promise<void> {
     lease.dispose();
     if (lease.lost) return;
-    const [row] = await run<{ applied: number }>(this.deps.db, this.deps.queries.release, [
-      lease.job.id,
-      this.deps.owner,
-      lease.job.leaseToken,
-      started,
-      this.deps.maxFreeReleases,
-    ]);
+    const [row] = await whileLeaseLasts(lease, () =>
+      run<{ applied: number }>(this.deps.db, this.deps.queries.release, [lease.job.id, this.deps.owner, lease.job.leaseToken, started, this.deps.maxFreeReleases]),
+    );
     if (!row || row.applied !== 1) {
       lease.markLost('lease_lost', 'release');
       return;
     }
     this.deps.metrics.increment('jobs_released', { queue: this.queue });
     this.deps.metrics.emit({ type: 'released', queue: this.queue, jobId: lease.job.id });
+  }
+
+  /** A cancelled job's attempt is over: it lets go of its lease and of its ordering key. */
+  private async endCancelled(lease: Lease): Promise<void> {
+    await whileLeaseLasts(lease, () =>
+      runReleasingKeys<{ ended: number } & ReleasedKeys>(
+        this.deps.db,
+        this.deps.queries,
+        this.deps.channel,
+        this.deps.queries.endCancelledAttempt,
+        [lease.job.id, this.deps.owner, lease.job.leaseToken],
+        this.deps.keysDeferred,
+      ),
+    );
+  }
+
+  /** Records a refusal that no statement recorded (see Lease.lossToRecord). */
+  private async recordLoss(lease: Lease): Promise<void> {
+    lease.lossToRecord = false;
+    await run(this.deps.db, this.deps.queries.recordFenceLoss, [lease.job.id, lease.job.leaseToken, this.deps.owner]);
   }
 
   /** Keeps a write's promise until it settles, so stop() can wait for it; logs its failure. */
@@ -407,3 +630,4 @@ export class Worker {
     });
   }
 }
+

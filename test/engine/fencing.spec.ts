@@ -152,7 +152,7 @@ test('D15: a retried completion write counts as applied only when it is known to
       },
     } as unknown as import('pg').Pool;
   };
-  const retrying = { writeAttempts: 3 };
+  const retrying = {};
   const afterCommit = new Completer(
     lossy(async () => {
       await run(fx.pool, queries.completeMany, [[committed!.id], [committed!.lease_token], 'worker-h']);

@@ -25,8 +25,11 @@ describe('classification and backoff (unit)', () => {
     expect(decideRetry(retryable, 1, 5, 3, backoff)).toEqual({ dead: false, delayMs: 5_000 });
     expect(decideRetry(retryable, 5, 5, 3, backoff).dead).toBe(true);
 
-    const unknown = classifyFailure(Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }));
-    expect(unknown).toMatchObject({ class: 'unknown', code: 'ECONNRESET' });
+    const unknown = classifyFailure(Object.assign(new Error('unexpected end of JSON input'), { code: 'ERR_BAD_RESPONSE' }));
+    expect(unknown).toMatchObject({ class: 'unknown', code: 'ERR_BAD_RESPONSE' });
+    // A lost connection is transient wherever it was raised (D18), with its own code.
+    expect(classifyFailure(Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }))).toMatchObject({ class: 'transient', code: 'ECONNRESET' });
+    expect(classifyFailure(new Error('Connection terminated unexpectedly'))).toMatchObject({ class: 'transient', code: 'CONNECTION_LOST' });
     expect(decideRetry(unknown, 2, 10, 3, backoff).dead).toBe(false);
     expect(decideRetry(unknown, 3, 10, 3, backoff).dead).toBe(true);
   });
@@ -44,6 +47,13 @@ describe('classification and backoff (unit)', () => {
   test('error classes refuse malformed codes and delays', () => {
     expect(() => new PermanentJobError('x', { code: 'lower case' })).toThrow(/UPPER_SNAKE_CASE/);
     expect(() => new RetryableJobError('x', { retryAfterMs: -1 })).toThrow(/retryAfterMs/);
+    expect(() => new RetryableJobError('x', { retryAfterMs: 400 * 24 * 3_600_000 })).toThrow(/retryAfterMs/);
+  });
+
+  test('D13: a fractional retry-after is rounded up to whole milliseconds', () => {
+    expect(new RetryableJobError('x', { retryAfterMs: 12.2 }).retryAfterMs).toBe(13);
+    const failure = classifyFailure(new RetryableJobError('x', { retryAfterMs: 0.5 }));
+    expect(decideRetry(failure, 1, 5, 3, backoff)).toEqual({ dead: false, delayMs: 1 });
   });
 });
 
@@ -107,6 +117,17 @@ describe('retries against the database', () => {
     expect(job.attemptCount).toBe(2);
     expect(job.lastErrorCode).toBe('NON_ERROR_THROWN');
     expect(job.lastErrorMessage).toMatch(/non-Error value \(string\): not an error object/);
+  });
+
+  test('D13: a fractional retryAfterMs is recorded as the handler asked, not lost to a failed write', async () => {
+    const q = fx.make({ scheduler: { intervalMs: 20 }, reaper: { intervalMs: 60_000 } });
+    q.work('fractional', async (job) => {
+      if (job.attempt === 1) throw new RetryableJobError('slow down', { retryAfterMs: 12.5, code: 'SLOW_DOWN' });
+    }, { leaseMs: 30_000 });
+    await q.start();
+    const id = await q.enqueue('fractional', {});
+    await waitForStatus(q, id, 'succeeded');
+    expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toEqual([['retry_scheduled', 'SLOW_DOWN']]);
   });
 
   test('a job whose handler succeeds after a transient failure ends succeeded', async () => {

@@ -198,5 +198,72 @@ test("ctx.complete inside the caller's own transaction: committed with it; rolle
   const job = await waitForStatus(q, id, 'succeeded');
   expect(job.attemptCount).toBe(2);
   expect((await fx.pool.query(`SELECT token::int FROM ledger WHERE job_id = $1`, [id])).rows).toEqual([{ token: 2 }]);
-  expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toEqual([['lease_expired', 'LEASE_EXPIRED']]);
+  // Rolled back: recorded as a failed attempt as soon as the handler returns, not a lease later (D14).
+  expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toEqual([['retry_scheduled', 'COMPLETION_NOT_COMMITTED']]);
+});
+
+test('D8: an effect whose result cannot be stored is recorded as happened, the job fails permanently, and no attempt calls again', async () => {
+  const q = fx.make({ scheduler: { intervalMs: 20 } });
+  q.work<{ shape: 'huge' | 'bigint' }>('pay-unstorable', async (job, ctx) => {
+    await ctx.effect('charge', async (key) => {
+      await charge(key);
+      return job.payload.shape === 'huge' ? { receipt: 'x'.repeat(20_000) } : { amount: 10n };
+    });
+  }, { backoff: { baseMs: 0, maxMs: 0 } });
+  await q.start();
+  for (const shape of ['huge', 'bigint'] as const) {
+    const id = await q.enqueue('pay-unstorable', { shape });
+    const dead = await waitForStatus(q, id, 'dead');
+    expect(dead).toMatchObject({ attemptCount: 1, lastErrorCode: 'EFFECT_RESULT_NOT_STORED' });
+    const key = `pgqueue:pay-unstorable:${id}:charge`;
+    expect((await fx.pool.query(`SELECT calls FROM gateway WHERE key = $1`, [key])).rows).toEqual([{ calls: 1 }]);
+    expect(await q.getJobEffects(id)).toEqual([expect.objectContaining({ status: 'confirmed', resultStored: false, result: null })]);
+    // A replay (after a fix elsewhere) does not call the destination again either.
+    await q.replay(id, { actor: 'test' });
+    await waitFor(async () => (await q.getJob(id))?.status === 'dead' && (await q.getJobEvents(id)).filter((e) => e.kind === 'dead').length === 2);
+    expect((await fx.pool.query(`SELECT calls FROM gateway WHERE key = $1`, [key])).rows).toEqual([{ calls: 1 }]);
+  }
+});
+
+test('D8: with reconcile, a replay asks the destination for the result an earlier attempt could not store', async () => {
+  const q = fx.make({ scheduler: { intervalMs: 20 } });
+  const results: unknown[] = [];
+  q.work('pay-unstorable-rec', async (_job, ctx) => {
+    results.push(
+      await ctx.effect(
+        'charge',
+        async (key) => {
+          await charge(key);
+          return { receipt: 'x'.repeat(20_000) };
+        },
+        { reconcile: async (key) => ({ done: true, result: { receipt: `short:${key.length}` } }) },
+      ),
+    );
+  });
+  await q.start();
+  const id = await q.enqueue('pay-unstorable-rec', {});
+  await waitForStatus(q, id, 'dead');
+  await q.replay(id, { actor: 'test' });
+  await waitForStatus(q, id, 'succeeded');
+  const key = `pgqueue:pay-unstorable-rec:${id}:charge`;
+  expect((await fx.pool.query(`SELECT calls FROM gateway WHERE key = $1`, [key])).rows).toEqual([{ calls: 1 }]);
+  expect(results).toEqual([{ receipt: `short:${key.length}` }]);
+  expect(await q.getJobEffects(id)).toEqual([expect.objectContaining({ status: 'confirmed', resultStored: true, result: { receipt: `short:${key.length}` } })]);
+});
+
+test('ctx.effect inside ctx.complete is refused before anything is called', async () => {
+  const q = fx.make();
+  const errors: unknown[] = [];
+  q.work('effect-in-tx', async (_job, ctx) => {
+    await ctx.complete(async () => {
+      await ctx.effect('charge', charge).catch((error: unknown) => {
+        errors.push(error);
+      });
+    });
+  });
+  await q.start();
+  const id = await q.enqueue('effect-in-tx', {});
+  await waitForStatus(q, id, 'succeeded');
+  expect(errors).toEqual([expect.objectContaining({ code: 'EFFECT_INSIDE_COMPLETE' })]);
+  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM gateway WHERE key LIKE $1`, [`pgqueue:effect-in-tx:${id}:%`])).rows).toEqual([{ n: 0 }]);
 });

@@ -51,3 +51,165 @@ test("D6: ctx.complete({ client }) refuses a lease that expired while the caller
   expect(await ledger(id)).toEqual([]);
   expect((await q.getJob(id))?.status).toBe('running'); // the reaper (not yet run) decides what happens next
 });
+
+test('D7: ctx.complete({ client }) with a client outside a transaction is refused before any work runs', async () => {
+  const q = fx.make();
+  const errors: unknown[] = [];
+  let workRan = false;
+  q.work('d7', async (job, ctx) => {
+    const client = await fx.pool.connect();
+    try {
+      await ctx.complete(async (tx) => {
+        workRan = true;
+        await tx.query({ text: `INSERT INTO ledger VALUES ($1, $2, 'autocommitted')`, values: [job.id, job.attempt] });
+        // While the work runs, an operator cancels the job: with no transaction, nothing held the
+        // row, so the cancel goes through and the completion is refused, after the insert committed.
+        await q.cancel(job.id, { actor: 'test' });
+      }, { client });
+    } catch (error) {
+      errors.push(error);
+      throw error;
+    } finally {
+      client.release();
+    }
+  }, { maxAttempts: 1 });
+  await q.start();
+  const id = await q.enqueue('d7', {});
+  await waitFor(() => errors.length === 1, 10_000);
+  expect(workRan).toBe(false);
+  expect(await ledger(id)).toEqual([]);
+  expect(errors[0]).toBeInstanceOf(PgQueueError);
+  expect(errors[0]).toMatchObject({ code: 'CLIENT_NOT_IN_TRANSACTION' });
+  expect((errors[0] as Error).message).toMatch(/BEGIN/);
+  await waitForStatus(q, id, 'dead');
+});
+
+test("D19: ctx.complete restores the caller's lock_timeout", async () => {
+  const q = fx.make();
+  const seen: string[] = [];
+  q.work('d19', async (_job, ctx) => {
+    const client = await fx.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`SET LOCAL lock_timeout = '7s'`);
+      await ctx.complete(async () => {}, { client, lockTimeoutMs: 250 });
+      seen.push((await client.query<{ lock_timeout: string }>('SHOW lock_timeout')).rows[0]!.lock_timeout);
+      await client.query('COMMIT');
+      await client.query('BEGIN');
+      await ctx.complete(async () => {}, { client }).catch(() => {}); // refused (finished): the setting is restored anyway
+      seen.push((await client.query<{ lock_timeout: string }>('SHOW lock_timeout')).rows[0]!.lock_timeout);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+  });
+  await q.start();
+  const id = await q.enqueue('d19', {});
+  await waitForStatus(q, id, 'succeeded');
+  await waitFor(() => seen.length === 2);
+  expect(seen).toEqual(['7s', '0']);
+});
+
+test("D14: when the caller's COMMIT after ctx.complete({ client }) fails, the attempt is recorded as an ordinary failure", async () => {
+  const q = fx.make({ scheduler: { intervalMs: 20 }, reaper: { intervalMs: 60_000 } });
+  q.work('d14', async (job, ctx) => {
+    const client = await fx.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await ctx.complete(async (tx) => {
+        await tx.query({ text: `INSERT INTO once VALUES ($1)`, values: [job.id] });
+        // The first attempt breaks a deferred constraint: its COMMIT fails.
+        if (job.attempt === 1) await tx.query({ text: `INSERT INTO once VALUES ($1)`, values: [job.id] });
+      }, { client });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+  }, { leaseMs: 30_000, backoff: { baseMs: 0, maxMs: 0 } });
+  await q.start();
+  const id = await q.enqueue('d14', {});
+  const job = await waitForStatus(q, id, 'succeeded');
+  expect(job.attemptCount).toBe(2);
+  expect((await q.getJobEvents(id)).map((e) => [e.kind, e.attempt, e.errorCode])).toEqual([['retry_scheduled', 1, 'SQLSTATE_23505']]);
+});
+
+test('D14: a handler that rolls back after ctx.complete({ client }) and returns is recorded as failed at once, not left to the reaper', async () => {
+  const q = fx.make({ scheduler: { intervalMs: 20 }, reaper: { intervalMs: 60_000 } });
+  q.work('d14-rollback', async (job, ctx) => {
+    const client = await fx.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await ctx.complete(async (tx) => {
+        await tx.query({ text: `INSERT INTO ledger VALUES ($1, $2, 'rolled back?')`, values: [job.id, job.attempt] });
+      }, { client });
+      await client.query(job.attempt === 1 ? 'ROLLBACK' : 'COMMIT');
+    } finally {
+      client.release();
+    }
+  }, { leaseMs: 30_000, backoff: { baseMs: 0, maxMs: 0 } });
+  await q.start();
+  const id = await q.enqueue('d14-rollback', {});
+  const job = await waitForStatus(q, id, 'succeeded');
+  expect(job.attemptCount).toBe(2);
+  expect(await ledger(id)).toEqual([{ attempt: 2, note: 'rolled back?' }]);
+  expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toEqual([['retry_scheduled', 'COMPLETION_NOT_COMMITTED']]);
+});
+
+test('D2: ten refused ctx.complete calls at once (pool 10, concurrency 10) do not wedge the process', async () => {
+  const q = fx.make({ poolSize: 10 });
+  let go!: () => void;
+  const released = new Promise<void>((resolve) => (go = resolve));
+  const running = new Set<string>();
+  const refusals: string[] = [];
+  q.work<{ n: number }>('d2', async (job, ctx) => {
+    if (job.payload.n === 0) return; // the job enqueued afterwards: must still run
+    running.add(job.id);
+    await released; // ignores its signal: it goes on to ctx.complete after the cancel
+    try {
+      await ctx.complete(async () => {});
+    } catch (error) {
+      refusals.push((error as LeaseLostError).reason);
+    }
+  }, { concurrency: 10, prefetch: 0 });
+  await q.start();
+  const ids = await q.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue: 'd2', payload: { n: i + 1 } })));
+  await waitFor(() => running.size === 10, 10_000);
+  for (const id of ids) await q.cancel(id, { actor: 'operator' }); // an operator cancels all ten
+  go();
+  await waitFor(() => refusals.length === 10, 10_000);
+  expect(refusals).toEqual(Array.from({ length: 10 }, () => 'cancelled'));
+  // The process still enqueues, claims and completes.
+  const after = await q.enqueue('d2', { n: 0 });
+  await waitForStatus(q, after, 'succeeded', 10_000);
+  // Each refusal is in its job's history.
+  for (const id of ids) expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toContainEqual(['lost_fence', 'CANCELLED']);
+});
+
+test('D18: retryable SQLSTATEs from a handler (inside ctx.complete too) are transient; others keep the unknown budget, with the SQLSTATE as code', async () => {
+  const q = fx.make({ scheduler: { intervalMs: 20 } });
+  const raise = (state: string) => `DO $$ BEGIN RAISE EXCEPTION 'raised %', '${state}' USING ERRCODE = '${state}'; END $$`;
+  q.work<{ state: string; inside: boolean }>('d18', async (job, ctx) => {
+    if (job.attempt >= 3) return;
+    if (job.payload.inside) await ctx.complete(async (tx) => void (await tx.query({ text: raise(job.payload.state) })));
+    else await fx.pool.query(raise(job.payload.state));
+  }, { maxAttempts: 5, unknownErrorAttempts: 1, backoff: { baseMs: 0, maxMs: 0 } });
+  await q.start();
+  const cases = [
+    { state: '40001', inside: false, end: 'succeeded' },
+    { state: '40P01', inside: true, end: 'succeeded' },
+    { state: '55P03', inside: true, end: 'succeeded' },
+    { state: '57P01', inside: false, end: 'succeeded' },
+    { state: '22012', inside: false, end: 'dead' },
+    { state: '23505', inside: true, end: 'dead' },
+  ];
+  const ids = await q.enqueueMany(cases.map(({ state, inside }) => ({ queue: 'd18', payload: { state, inside } })));
+  for (const [i, c] of cases.entries()) {
+    const job = await waitFor(async () => {
+      const row = await q.getJob(ids[i]!);
+      return row && (row.status === 'succeeded' || row.status === 'dead') ? row : undefined;
+    });
+    expect([c.state, job.status]).toEqual([c.state, c.end]);
+    const codes = (await q.getJobEvents(ids[i]!)).map((e) => e.errorCode);
+    expect(codes[0]).toBe(`SQLSTATE_${c.state}`);
+  }
+});

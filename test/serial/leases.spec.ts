@@ -156,3 +156,64 @@ test('events stream: a lost fence on heartbeat is reported with its reason and a
   expect(events).toContainEqual(expect.objectContaining({ type: 'lease_lost', jobId: id, reason: 'cancelled', operation: 'heartbeat' }));
   expect((await q.getJob(id))?.status).toBe('cancelled');
 });
+
+test('D12: a job whose maxRuntimeMs is below the lease\'s abort margin is not aborted at once: the margin is sized per attempt', async () => {
+  const q = fx.make();
+  const seen: string[] = [];
+  // The handler's lease is 30 s, so its default margin is 3 s; this job may run 1 s at most.
+  q.work('short-runtime', async (_job, ctx) => {
+    await sleep(200);
+    seen.push(ctx.signal.aborted ? `aborted: ${(ctx.signal.reason as { code: string }).code}` : 'not aborted');
+  });
+  await q.start();
+  const id = await q.enqueue('short-runtime', {}, { maxRuntimeMs: 1_000 });
+  const job = await waitForStatus(q, id, 'succeeded');
+  expect(seen).toEqual(['not aborted']);
+  expect(job.attemptCount).toBe(1);
+});
+
+test('D12: an explicit abort margin over half the maximum runtime is refused when the handler is registered', () => {
+  const q = fx.make();
+  expect(() => q.work('bad-margin', async () => {}, { maxRuntimeMs: 1_000, abortMarginMs: 600 })).toThrow(/abortMarginMs.*more than half the lease.*maxRuntimeMs/);
+});
+
+test('D3: prefetched jobs do not spend their lease or an attempt in the buffer (prefetch = concurrency, 2 s handler, 3 s lease)', async () => {
+  const q = fx.make();
+  let runs = 0;
+  q.work('buffered', async (_job, ctx) => {
+    runs += 1;
+    await sleep(2_000);
+    if (ctx.signal.aborted) throw ctx.signal.reason;
+  }, { concurrency: 10, prefetch: 10, leaseMs: 3_000, maxAttempts: 3 });
+  await q.start();
+  const ids = await q.enqueueMany(Array.from({ length: 20 }, () => ({ queue: 'buffered', payload: {} })));
+  for (const id of ids) await waitForStatus(q, id, 'succeeded', 30_000);
+  // Every job ran once, on its first attempt: none was aborted, retried or reaped for the time it waited.
+  expect(runs).toBe(20);
+  const { rows } = await fx.pool.query(`SELECT attempt_count, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'buffered' GROUP BY 1`);
+  expect(rows).toEqual([{ attempt_count: 1, n: 20 }]);
+  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_events e JOIN pgqueue.jobs j ON j.id = e.job_id WHERE j.queue_name = 'buffered'`)).rows[0].n).toBe(0);
+}, 60_000);
+
+test('D3: a buffered job whose lease runs out before a slot frees is released without charging its attempt', async () => {
+  const q = fx.make();
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const ran: string[] = [];
+  q.work<{ n: number }>('stuck-slot', async (job) => {
+    ran.push(`n${job.payload.n}`);
+    if (job.payload.n === 1) await held; // the one slot stays busy for two leases
+  }, { concurrency: 1, prefetch: 1, leaseMs: 1_000 });
+  await q.start();
+  const [first, second] = await q.enqueueMany([1, 2].map((n) => ({ queue: 'stuck-slot', payload: { n } })));
+  // The first job heartbeats nothing but is not checked here; the second waits in the buffer.
+  await waitFor(async () => (await q.getJobEvents(second!)).some((e) => e.kind === 'released'), 10_000);
+  release();
+  await waitForStatus(q, second!, 'succeeded', 10_000);
+  const job = await q.getJob(second!);
+  // Its one real run is its first attempt: the release gave back the attempt the buffer took.
+  expect(job?.attemptCount).toBe(1);
+  expect(job?.releaseCount).toBe(0);
+  expect(ran.filter((r) => r === 'n2')).toEqual(['n2']);
+  void first;
+});

@@ -44,11 +44,16 @@ const runningOwnedBy = async (queue: string, owner: string) =>
 const eventsOf = async (id: string) => (await fx.events(id)).map((e) => ({ kind: e.kind, worker: e.worker, token: e.leaseToken, to: e.toStatus, code: e.errorCode }));
 
 test('2. crash (SIGKILL) after the claim commits, before processing: the lease expires, another process reclaims, the job succeeds once', async () => {
-  // A claims four jobs in one statement (one slot + three prefetched): one handler starts and
-  // hangs, three wait in its buffer. All four are claimed, none is processed, then A dies.
-  const a = await fx.startWorker({ name: 'claim-then-die', queues: [{ name: 'after-claim', behaviour: { kind: 'hang' }, options: fast({ prefetch: 3 }) }], reaper: false });
+  // A claims four jobs in one statement (two slots + two prefetched: before any handler has
+  // finished, the buffer holds at most `concurrency`): two handlers start and hang, two wait in
+  // its buffer. All four are claimed, none is processed, then A dies.
+  const a = await fx.startWorker({
+    name: 'claim-then-die',
+    queues: [{ name: 'after-claim', behaviour: { kind: 'hang' }, options: fast({ concurrency: 2, prefetch: 2 }) }],
+    reaper: false,
+  });
   const ids = await fx.enqueue('after-claim', 4);
-  await waitFor(async () => (await runningOwnedBy('after-claim', a.workerId)) === 4 && (await fx.executions(ids)).length === 1, 10_000);
+  await waitFor(async () => (await runningOwnedBy('after-claim', a.workerId)) === 4 && (await fx.executions(ids)).length === 2, 10_000);
   const claimed = await Promise.all(ids.map((id) => fx.job(id)));
   await a.kill('SIGKILL');
 
@@ -65,8 +70,8 @@ test('2. crash (SIGKILL) after the claim commits, before processing: the lease e
     const ok = runs.filter((r) => r.jobId === id && r.outcome === 'ok');
     expect(ok.map((r) => [r.worker, r.token])).toEqual([[b.workerId, 2]]);
   }
-  // A started exactly one handler (the other three never left its buffer) and never finished it.
-  expect(runs.filter((r) => r.worker === a.workerId).map((r) => r.outcome)).toEqual([null]);
+  // A started exactly two handlers (the other two never left its buffer) and finished neither.
+  expect(runs.filter((r) => r.worker === a.workerId).map((r) => r.outcome)).toEqual([null, null]);
   await b.stop();
 }, 60_000);
 

@@ -80,7 +80,8 @@ test("a. A is paused (SIGSTOP) right before ctx.complete; B reclaims and complet
     const job = await fx.job(id!);
     return job.status === 'succeeded' ? job : undefined;
   }, 20_000);
-  expect(done).toMatchObject({ leaseToken: 2, leaseOwner: null });
+  // The worker that finished it stays on the row: who finished the job (it was B).
+  expect(done).toMatchObject({ leaseToken: 2, leaseOwner: b.workerId });
   expect(done.claimedAt!).toBeGreaterThanOrEqual(held.leaseExpiresAt!); // B claimed after A's lease expired, by the database's clock
   expect(isStopped(a)).toBe(true); // A never ran meanwhile
 

@@ -1,0 +1,82 @@
+import type pg from 'pg';
+import { requireInteger, withDefaults } from './config.js';
+import { runReleasingKeys, type ReleasedKeys } from './db.js';
+import type { EngineLogger } from './logger.js';
+import { PeriodicRunner } from './service.js';
+import type { Queries } from './sql.js';
+
+export interface KeyHandoffsConfig {
+  /** Longest time between passes; a statement that handed keys off triggers one at once. */
+  intervalMs: number;
+  /** Handoffs applied per statement. */
+  batchSize: number;
+  /** While keys are still held by producers, look again after this long. */
+  retryMs: number;
+}
+
+export const KEY_HANDOFFS_DEFAULTS: KeyHandoffsConfig = { intervalMs: 5_000, batchSize: 500, retryMs: 100 };
+
+/**
+ * Applies the key releases that statements finishing keyed jobs could not apply at once because a
+ * producer held the key's row (see releaseKeys in sql.ts and key_handoffs in migration 0006): once
+ * the row is free, the key's count goes down and its next job becomes the head, in the same
+ * transaction. Durable (the handoff row was written with the job's new state), so a handoff left
+ * by a process that crashed is applied by any other. Safe in every process at once (SKIP LOCKED).
+ */
+export class KeyHandoffs {
+  readonly config: KeyHandoffsConfig;
+  private readonly runner: PeriodicRunner;
+  private nextDelayMs: number;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly queries: Queries,
+    private readonly channel: string,
+    private readonly logger: EngineLogger,
+    config?: Partial<KeyHandoffsConfig>,
+  ) {
+    this.config = withDefaults(KEY_HANDOFFS_DEFAULTS, config);
+    requireInteger('keyHandoffs.intervalMs', this.config.intervalMs, 10, 2_147_483_647);
+    requireInteger('keyHandoffs.batchSize', this.config.batchSize, 1, 100_000);
+    requireInteger('keyHandoffs.retryMs', this.config.retryMs, 1, 2_147_483_647);
+    this.nextDelayMs = this.config.intervalMs;
+    this.runner = new PeriodicRunner(
+      () => this.runOnce(),
+      () => this.nextDelayMs,
+      (error) => {
+        this.nextDelayMs = this.config.retryMs;
+        this.logger.error(`Key handoff pass failed: ${(error as Error).message}`);
+      },
+    );
+  }
+
+  /** One bounded pass; returns how many handoffs it applied and how many wait for their key's row. */
+  async runOnce(): Promise<{ handed: number; waiting: number }> {
+    let handed = 0;
+    let waiting = 0;
+    for (;;) {
+      const [row] = await runReleasingKeys<{ pending: number; handed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.handOffKeys, [
+        this.config.batchSize,
+      ]);
+      handed += row?.handed ?? 0;
+      waiting += (row?.pending ?? 0) - (row?.handed ?? 0);
+      if ((row?.pending ?? 0) < this.config.batchSize || (row?.handed ?? 0) === 0) break;
+    }
+    // A producer still holds some keys: look again soon, not at the idle interval.
+    this.nextDelayMs = waiting > 0 ? this.config.retryMs : this.config.intervalMs;
+    return { handed, waiting };
+  }
+
+  /** A statement just handed some keys off. */
+  wake(): void {
+    this.runner.trigger();
+  }
+
+  start(): void {
+    this.runner.start();
+  }
+
+  stop(): Promise<void> {
+    return this.runner.stop();
+  }
+}

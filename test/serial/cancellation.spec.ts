@@ -1,0 +1,73 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+
+let fx: Awaited<ReturnType<typeof engineFixture>>;
+beforeAll(async () => {
+  fx = await engineFixture('cancellation');
+});
+afterAll(() => fx.close());
+
+test("D9: cancelling a running keyed head does not let its successor overlap it: the key is held until the cancelled attempt is over", async () => {
+  const q = fx.make();
+  const times: Record<string, { start: number; end?: number }> = {};
+  q.work<{ n: number }>('cancel-keyed', async (job) => {
+    const entry: { start: number; end?: number } = (times[`n${job.payload.n}`] = { start: performance.now() });
+    // The head ignores its signal: its attempt goes on for 1.5 s after the cancel.
+    if (job.payload.n === 1) await sleep(1_500);
+    entry.end = performance.now();
+  });
+  await q.start();
+  const [head, next] = await q.enqueueMany([1, 2].map((n) => ({ queue: 'cancel-keyed', payload: { n }, options: { orderingKey: 'K' } })));
+  await waitForStatus(q, head!, 'running');
+  await q.cancel(head!, { actor: 'operator' });
+  expect((await q.getJob(head!))?.status).toBe('cancelled');
+  await waitForStatus(q, next!, 'succeeded', 10_000);
+  await waitFor(() => times.n1?.end !== undefined);
+  // The successor started only after the cancelled head's handler had ended.
+  expect(times.n2!.start).toBeGreaterThanOrEqual(times.n1!.end!);
+});
+
+test('D9: a cancelled head whose worker never confirms (its handler hangs) holds its key until its lease runs out', async () => {
+  const q = fx.make({ reaper: { intervalMs: 100 } });
+  const started: Record<string, number> = {};
+  q.work<{ n: number }>('cancel-hung', async (job) => {
+    started[`n${job.payload.n}`] = Date.now();
+    if (job.payload.n === 1) await new Promise(() => {}); // never settles, ignores its signal
+  }, { leaseMs: 1_000 });
+  await q.start();
+  const [head, next] = await q.enqueueMany([1, 2].map((n) => ({ queue: 'cancel-hung', payload: { n }, options: { orderingKey: 'H' } })));
+  await waitForStatus(q, head!, 'running');
+  const { lease_expires_at: leaseEnd } = (await fx.pool.query(`SELECT lease_expires_at FROM pgqueue.jobs WHERE id = $1`, [head])).rows[0];
+  await q.cancel(head!, { actor: 'operator' });
+  await waitForStatus(q, next!, 'succeeded', 10_000);
+  const { claimed_at: nextClaimedAt } = (await fx.pool.query(`SELECT claimed_at FROM pgqueue.jobs WHERE id = $1`, [next])).rows[0];
+  // By the database's clock: the successor was claimed only once the head's lease had run out.
+  expect(nextClaimedAt.getTime()).toBeGreaterThanOrEqual(leaseEnd.getTime());
+  const head1 = await q.getJob(head!);
+  expect(head1).toMatchObject({ status: 'cancelled', leaseExpiresAt: null });
+});
+
+test('D10: a cancel reaches an obedient handler within a poll interval without NOTIFY', async () => {
+  const pollIntervalMs = 300;
+  // The listener cannot connect: no NOTIFY ever arrives, only polls.
+  const q = fx.make({ pollIntervalMs, listenConnectionString: 'postgres://postgres@127.0.0.1:1/none' });
+  let abortedAt = 0;
+  q.work('cancel-poll', async (_job, ctx) => {
+    for (;;) {
+      if (ctx.signal.aborted) {
+        abortedAt = performance.now();
+        throw ctx.signal.reason;
+      }
+      await sleep(100);
+      await ctx.heartbeat().catch(() => {}); // reports progress every 100 ms (a write only every 10 s)
+    }
+  });
+  await q.start();
+  const operator = fx.make();
+  const id = await operator.enqueue('cancel-poll', {});
+  await waitForStatus(operator, id, 'running');
+  const cancelledAt = performance.now();
+  await operator.cancel(id, { actor: 'operator' });
+  await waitFor(() => abortedAt > 0, 10 * pollIntervalMs);
+  expect(abortedAt - cancelledAt).toBeLessThan(3 * pollIntervalMs);
+});

@@ -1,0 +1,62 @@
+import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
+
+// Outages between a worker and its database: a cut network (connections reset, new ones refused)
+// and a blackhole (nothing answers, nothing is reset). Only the worker's pool goes through the proxy.
+
+let fx: Awaited<ReturnType<typeof engineFixture>>;
+let proxy: TcpProxy;
+beforeAll(async () => {
+  fx = await engineFixture('outages');
+  const target = new URL(fx.url);
+  proxy = await startTcpProxy(target.hostname, Number(target.port || 5432));
+});
+afterAll(async () => {
+  await proxy.close();
+  await fx.close();
+});
+afterEach(() => proxy.heal());
+
+const viaProxy = () => {
+  const url = new URL(fx.url);
+  url.host = `127.0.0.1:${proxy.port}`;
+  return url.toString();
+};
+
+test('D20: a completion written while the database is unreachable is retried while the lease lasts, not given up after ~250 ms', async () => {
+  const worker = fx.make({ connectionString: viaProxy(), listenConnectionString: fx.url, reaper: { intervalMs: 100 } });
+  const observer = fx.make();
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  let runs = 0;
+  worker.work('d20', async () => {
+    runs += 1;
+    await gate;
+  }, { leaseMs: 10_000 });
+  await worker.start();
+  const id = await observer.enqueue('d20', {});
+  await waitForStatus(observer, id, 'running');
+  proxy.cut();
+  release(); // the handler finishes while the database cannot be reached
+  await new Promise((r) => setTimeout(r, 1_500));
+  proxy.heal();
+  const job = await waitForStatus(observer, id, 'succeeded', 8_000); // well within the 10 s lease
+  expect(job.attemptCount).toBe(1);
+  expect(runs).toBe(1);
+});
+
+test('D5: a claim on a connection that went silent fails after statementTimeoutMs instead of stopping the worker', async () => {
+  const worker = fx.make({ connectionString: viaProxy(), listenConnectionString: fx.url, statementTimeoutMs: 1_000, pollIntervalMs: 100 });
+  const observer = fx.make();
+  const done: string[] = [];
+  worker.work('d5', async (job) => void done.push(job.id));
+  await worker.start();
+  const first = await observer.enqueue('d5', {});
+  await waitForStatus(observer, first, 'succeeded');
+  proxy.blackhole(); // every open connection goes silent, and new ones hang
+  await new Promise((r) => setTimeout(r, 2_500)); // claims in flight now hang... until their timeout
+  proxy.heal();
+  const second = await observer.enqueue('d5', {});
+  await waitForStatus(observer, second, 'succeeded', 10_000);
+  expect(done).toEqual([first, second]);
+});
