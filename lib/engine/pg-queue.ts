@@ -28,7 +28,9 @@ export interface PgQueueOptions {
   poolSize?: number;
   /**
    * A direct (not transaction-pooled) connection string for the one LISTEN connection, when the
-   * main one goes through PgBouncer in transaction mode. Defaults to the main connection.
+   * main one goes through PgBouncer in transaction mode. Defaults to the main connection. A
+   * listener that LISTENs but never hears its probe (as through a transaction pooler) is reported
+   * down, with a warning that names this option.
    */
   listenConnectionString?: string;
   schema?: string;
@@ -48,6 +50,7 @@ export interface PgQueueOptions {
   scheduler?: Partial<SchedulerConfig>;
   /** Retention of succeeded jobs; `false` keeps them forever. */
   pruner?: Partial<PrunerConfig> | false;
+  /** The LISTEN connection's reconnect backoff and its probe (see NOTIFIER_DEFAULTS). */
   notifier?: Partial<NotifierConfig>;
   completer?: Partial<CompleterConfig>;
   logger?: EngineLogger;
@@ -117,6 +120,10 @@ export interface QueueStats {
 export interface EngineStats {
   at: Date;
   queues: QueueStats[];
+  /**
+   * The LISTEN connection. `listening` only once it has heard its own probe NOTIFY (sent through
+   * the pool) since it last connected; `downForMs` counts from the drop, or from the probe it missed.
+   */
   listener: { listening: boolean; downForMs: number };
   pool: { total: number; idle: number; waiting: number };
   database: { connections: number; lockWaits: number };
@@ -263,7 +270,9 @@ export class PgQueue {
     const listenConfig: pg.ClientConfig = options.listenConnectionString
       ? { connectionString: requireString('listenConnectionString', options.listenConnectionString), application_name: 'nestjs-pg-queue:listen' }
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
-    this.notifier = new Notifier(listenConfig, channel, this.logger, options.notifier);
+    // The probe goes the producers' way (the pool), so a listener that cannot hear them is caught.
+    const sendProbe = (payload: string) => run(this.pool, this.queries.notify, [channel, payload]);
+    this.notifier = new Notifier(listenConfig, channel, sendProbe, this.logger, options.notifier);
     this.scheduler = new Scheduler(this.pool, this.queries, channel, this.logger, options.scheduler);
     this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, options.reaper, () => this.scheduler.wake());
     this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, options.pruner);
