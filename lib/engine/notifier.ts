@@ -26,6 +26,8 @@ export interface NotifierConfig {
  * notification that every listener on the schema's channel receives (n processes: n / 15 s each),
  * so a shorter interval buys little but grows with the fleet. 5 s is far above a NOTIFY's
  * delivery time (milliseconds), so a loaded server or a GC pause does not cost a reconnect.
+ * The reconnect backoff is capped at 5 s, and a connection the engine's pool opens (the database
+ * is back) ends the wait at once.
  */
 export const NOTIFIER_DEFAULTS: NotifierConfig = { reconnectMinMs: 100, reconnectMaxMs: 5_000, probeIntervalMs: 15_000, probeTimeoutMs: 5_000 };
 
@@ -77,6 +79,11 @@ export class Notifier {
   private probeTimer: NodeJS.Timeout | undefined;
   private probe: Probe | undefined;
   private downSinceMs: number | undefined = Date.now();
+  /**
+   * Why the last connection attempt ended: the database could not be reached (connect failed), an
+   * open connection dropped or stopped answering, or it LISTENed and missed its probe.
+   */
+  private lastFailure: Failure | undefined;
   private deafAttempts = 0;
   private warnedDeaf = false;
   /** Resolves `start()`: the first connection heard its probe, or failed. */
@@ -141,6 +148,18 @@ export class Notifier {
     this.downSinceMs ??= Date.now();
     this.settle();
     if (client) await endWithin(client, this.config.probeTimeoutMs);
+  }
+
+  /**
+   * The engine's pool opened a connection: the database takes connections again. A listener whose
+   * last attempt could not connect retries now, so it listens again when claims resume rather than
+   * up to `reconnectMaxMs` later. Only then: a connection that merely dropped, or a deaf session
+   * (say, through a transaction pooler), reconnects on its backoff whatever the pool does.
+   */
+  databaseReachable(): void {
+    if (this.stopped || this.client || this.reconnectTimer === undefined || this.lastFailure !== 'unreachable') return;
+    clearTimeout(this.reconnectTimer);
+    void this.connect();
   }
 
   /** Drops the listener connection as a network failure would (reconnect follows): for tests. */
@@ -228,6 +247,7 @@ export class Notifier {
     if (this.probe) clearTimeout(this.probe.timer);
     this.probe = undefined;
     this.deafAttempts = 0;
+    this.lastFailure = undefined;
     if (this.downSinceMs === undefined) return;
     if (this.reconnectDelayMs > this.config.reconnectMinMs) {
       this.logger.log(`Listener reconnected after ${Date.now() - this.downSinceMs} ms.`);
@@ -248,6 +268,7 @@ export class Notifier {
     this.endProbing();
     this.downSinceMs ??= since;
     client.connection.stream.destroy();
+    this.lastFailure = why;
     this.deafAttempts = why === 'deaf' ? this.deafAttempts + 1 : 0;
     this.settle();
     if (this.stopped) return;

@@ -324,6 +324,10 @@ export class PgQueue {
     await this.migrate();
     const withWorkers = options.workers ?? true;
     if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
+    // A connection the pool opens means the database is back: the listener need not wait out its backoff.
+    const databaseReachable = () => this.notifier.databaseReachable();
+    this.pool.on('connect', databaseReachable);
+    this.unsubscribe.push(() => this.pool.off('connect', databaseReachable));
     await this.notifier.start();
     this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
     this.unsubscribe.push(

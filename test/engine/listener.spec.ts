@@ -130,3 +130,32 @@ test('probes do not wake queue workers', async () => {
     await counter.end();
   }
 });
+
+test('when the database comes back, the listener listens again once the pool reconnects, not after its backoff', async () => {
+  // Pool and listener both through the proxy: for this engine, the database goes away and returns.
+  const { proxy, url } = await proxied();
+  const lines: { at: number; line: string }[] = [];
+  const logger = { log: () => {}, warn: (line: string) => void lines.push({ at: Date.now(), line }), error: (line: string) => void lines.push({ at: Date.now(), line }) };
+  const q = fx.make({ connectionString: url, logger, notifier: { reconnectMinMs: 50, reconnectMaxMs: 60_000 } });
+  let claims = 0;
+  q.work('comeback', async () => {}, {}, { claimed: () => void claims++ });
+  await q.start();
+  await waitFor(() => q.notifier.listening);
+
+  proxy.cut();
+  // Its reconnects are refused and its backoff doubles: wait until the next retry is seconds away.
+  const retry = await waitFor(() => {
+    for (const { at, line } of lines) {
+      const delayMs = Number(/^Listener connection lost .* reconnecting in (\d+) ms/.exec(line)?.[1]);
+      if (delayMs >= 3_200) return { at, delayMs };
+    }
+    return undefined;
+  });
+  proxy.heal();
+  const claimsBefore = claims;
+  await waitFor(() => claims > claimsBefore);
+  // Claims have resumed (the pool connected again); the listener follows before its pending retry.
+  await waitFor(() => q.notifier.listening, 2 * retry.delayMs, 5);
+  expect(Date.now()).toBeLessThan(retry.at + retry.delayMs);
+  await q.stop();
+});
