@@ -15,7 +15,7 @@ export type PgQueueHealthDetails = {
   oldestClaimableAgeMs: number | null;
   /** The queue that job is in (null: nothing waits). */
   oldestClaimableQueue: string | null;
-  /** The LISTEN connection (wake-ups); without it workers only poll. */
+  /** The LISTEN connection (wake-ups), listening once it hears its probe NOTIFY; without it workers only poll. */
   listener: { listening: boolean; downForMs: number } | null;
   /** The thresholds this check applied. */
   limits: Required<PgQueueHealthOptions>;

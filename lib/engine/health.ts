@@ -3,7 +3,10 @@ import type { EngineStats, PgQueue } from './pg-queue.js';
 export interface HealthThresholds {
   /** Unhealthy when a queue's oldest claimable job has waited longer than this (default 5 min). */
   maxClaimableAgeMs?: number;
-  /** Unhealthy when the LISTEN connection has been down longer than this (default 1 min). */
+  /**
+   * Unhealthy when the LISTEN connection has been down longer than this (default 1 min); a
+   * connection that does not hear its probe NOTIFY counts as down.
+   */
   maxListenerDownMs?: number;
 }
 

@@ -29,7 +29,9 @@ export interface PgQueueOptions {
   poolSize?: number;
   /**
    * A direct (not transaction-pooled) connection string for the one LISTEN connection, when the
-   * main one goes through PgBouncer in transaction mode. Defaults to the main connection.
+   * main one goes through PgBouncer in transaction mode. Defaults to the main connection. A
+   * listener that LISTENs but never hears its probe (as through a transaction pooler) is reported
+   * down, with a warning that names this option.
    */
   listenConnectionString?: string;
   schema?: string;
@@ -49,6 +51,7 @@ export interface PgQueueOptions {
   scheduler?: Partial<SchedulerConfig>;
   /** Retention of succeeded jobs; `false` keeps them forever. */
   pruner?: Partial<PrunerConfig> | false;
+  /** The LISTEN connection's reconnect backoff and its probe (see NOTIFIER_DEFAULTS). */
   notifier?: Partial<NotifierConfig>;
   completer?: Partial<CompleterConfig>;
   /** The pass that hands ordering keys on when a producer held the key's row at completion. */
@@ -128,6 +131,10 @@ export interface QueueStats {
 export interface EngineStats {
   at: Date;
   queues: QueueStats[];
+  /**
+   * The LISTEN connection. `listening` only once it has heard its own probe NOTIFY (sent through
+   * the pool) since it last connected; `downForMs` counts from the drop, or from the probe it missed.
+   */
   listener: { listening: boolean; downForMs: number };
   pool: { total: number; idle: number; waiting: number };
   database: { connections: number; lockWaits: number };
@@ -286,7 +293,9 @@ export class PgQueue {
     const listenConfig: pg.ClientConfig = options.listenConnectionString
       ? { connectionString: requireString('listenConnectionString', options.listenConnectionString), application_name: 'nestjs-pg-queue:listen' }
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
-    this.notifier = new Notifier(listenConfig, channel, this.logger, options.notifier);
+    // The probe goes the producers' way (the pool), so a listener that cannot hear them is caught.
+    const sendProbe = (payload: string) => run(this.pool, this.queries.notify, [channel, payload]);
+    this.notifier = new Notifier(listenConfig, channel, sendProbe, this.logger, options.notifier);
     this.scheduler = new Scheduler(this.pool, this.queries, channel, this.logger, options.scheduler);
     this.keyHandoffs = new KeyHandoffs(this.pool, this.queries, channel, this.logger, options.keyHandoffs);
     const keysDeferred = () => this.keyHandoffs.wake();
@@ -341,6 +350,10 @@ export class PgQueue {
     await this.migrate();
     const withWorkers = options.workers ?? true;
     if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
+    // A connection the pool opens means the database is back: the listener need not wait out its backoff.
+    const databaseReachable = () => this.notifier.databaseReachable();
+    this.pool.on('connect', databaseReachable);
+    this.unsubscribe.push(() => this.pool.off('connect', databaseReachable));
     await this.notifier.start();
     this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
     this.unsubscribe.push(

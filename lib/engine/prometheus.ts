@@ -55,9 +55,9 @@ export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats): st
     sample('pgqueue_worker_busy_slots', { queue: q.queue }, q.slots.busy);
     sample('pgqueue_worker_saturation', { queue: q.queue }, q.slots.busy / q.slots.total);
   }
-  family('pgqueue_listener_up', 'gauge', '1 while the LISTEN connection is up.');
+  family('pgqueue_listener_up', 'gauge', '1 while the LISTEN connection is up and hears its probe NOTIFY.');
   sample('pgqueue_listener_up', {}, stats.listener.listening ? 1 : 0);
-  family('pgqueue_listener_down_seconds', 'gauge', 'How long the LISTEN connection has been down (0 when up).');
+  family('pgqueue_listener_down_seconds', 'gauge', 'How long the LISTEN connection has been down or deaf (0 when up).');
   sample('pgqueue_listener_down_seconds', {}, stats.listener.downForMs / 1_000);
   family('pgqueue_pool_connections', 'gauge', "The pool's connections by state.");
   sample('pgqueue_pool_connections', { state: 'total' }, stats.pool.total);

@@ -155,6 +155,7 @@ export interface Queries {
   readonly pruneSucceeded: QueryText;
   readonly queueStats: QueryText;
   readonly databaseStats: QueryText;
+  readonly notify: QueryText;
 }
 
 export interface QueryText {
@@ -196,6 +197,12 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
     ),
 
     listQueues: q('list-queues', `SELECT name FROM ${s}.queues`),
+
+    /**
+     * One NOTIFY on its own (autocommit: delivered at once). The listener's probe goes through the
+     * pool this way, as producers' wake-ups do. $1 the channel, $2 the payload.
+     */
+    notify: q('notify', `SELECT pg_notify($1, $2)`),
 
     /**
      * Inserts a batch in one round trip and wakes workers in the same transaction: NOTIFY is

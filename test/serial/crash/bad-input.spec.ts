@@ -230,6 +230,7 @@ describe('options of the wrong type: a clear error naming the option, before any
     ['reaper.batchSize 0', () => new PgQueue({ connectionString: url(), reaper: { batchSize: 0 } }), /Invalid option "reaper.batchSize"/],
     ['scheduler.intervalMs as a string', () => new PgQueue({ connectionString: url(), scheduler: { intervalMs: 'fast' as never } }), /Invalid option "scheduler.intervalMs"/],
     ['notifier.reconnectMinMs negative', () => new PgQueue({ connectionString: url(), notifier: { reconnectMinMs: -1 } }), /Invalid option "notifier.reconnectMinMs"/],
+    ['notifier.probeTimeoutMs 0', () => new PgQueue({ connectionString: url(), notifier: { probeTimeoutMs: 0 } }), /Invalid option "notifier.probeTimeoutMs"/],
     ['completer.maxBatch fractional', () => new PgQueue({ connectionString: url(), completer: { maxBatch: 1.5 } }), /Invalid option "completer.maxBatch"/],
     ['a pool that is not a pg.Pool', () => new PgQueue({ pool: {} as never }), /Invalid option "pool"/],
     ['both pool and connectionString', () => new PgQueue({ connectionString: url(), pool: new pg.Pool() }), /both pool and connectionString/],
