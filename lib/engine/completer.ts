@@ -1,4 +1,4 @@
-import { requireInteger, withDefaults } from './config.js';
+import { integer, resolveSection, section } from './config.js';
 import type pg from 'pg';
 import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import type { FenceLossReason } from './errors.js';
@@ -14,6 +14,14 @@ export interface CompleterConfig {
 }
 
 export const COMPLETER_DEFAULTS: CompleterConfig = { maxBatch: 1000, maxInFlight: 2 };
+
+export const COMPLETER_OPTIONS = section<CompleterConfig>(
+  'the completer',
+  { maxBatch: integer(1, 50_000), maxInFlight: integer(1, 64) },
+  COMPLETER_DEFAULTS,
+  // Completion writes are retried while the lease lasts now, not a fixed number of times.
+  { writeAttempts: { use: 'nothing (completion writes are retried while the lease lasts)' } },
+);
 
 export type CompletionOutcome = { applied: true } | { applied: false; reason: FenceLossReason };
 
@@ -58,9 +66,7 @@ export class Completer {
     config?: Partial<CompleterConfig>,
     private readonly keysDeferred: () => void = () => {},
   ) {
-    this.config = withDefaults(COMPLETER_DEFAULTS, config);
-    requireInteger('completer.maxBatch', this.config.maxBatch, 1, 50_000);
-    requireInteger('completer.maxInFlight', this.config.maxInFlight, 1, 64);
+    this.config = resolveSection(COMPLETER_OPTIONS, config, 'completer');
   }
 
   complete(id: string, token: string, request: CompleteRequest = {}): Promise<CompletionOutcome> {

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { requireInteger, withDefaults } from './config.js';
+import { integer, resolveSection, section, timerMs } from './config.js';
 import { runReleasingKeys, type ReleasedKeys } from './db.js';
 import type { EngineLogger } from './logger.js';
 import { PeriodicRunner } from './service.js';
@@ -15,6 +15,12 @@ export interface KeyHandoffsConfig {
 }
 
 export const KEY_HANDOFFS_DEFAULTS: KeyHandoffsConfig = { intervalMs: 5_000, batchSize: 500, retryMs: 100 };
+
+export const KEY_HANDOFFS_OPTIONS = section<KeyHandoffsConfig>(
+  'the key handoff pass',
+  { intervalMs: timerMs(10), batchSize: integer(1, 100_000), retryMs: timerMs(1) },
+  KEY_HANDOFFS_DEFAULTS,
+);
 
 /**
  * Applies the key releases that statements finishing keyed jobs could not apply at once because a
@@ -35,10 +41,7 @@ export class KeyHandoffs {
     private readonly logger: EngineLogger,
     config?: Partial<KeyHandoffsConfig>,
   ) {
-    this.config = withDefaults(KEY_HANDOFFS_DEFAULTS, config);
-    requireInteger('keyHandoffs.intervalMs', this.config.intervalMs, 10, 2_147_483_647);
-    requireInteger('keyHandoffs.batchSize', this.config.batchSize, 1, 100_000);
-    requireInteger('keyHandoffs.retryMs', this.config.retryMs, 1, 2_147_483_647);
+    this.config = resolveSection(KEY_HANDOFFS_OPTIONS, config, 'keyHandoffs');
     this.nextDelayMs = this.config.intervalMs;
     this.runner = new PeriodicRunner(
       () => this.runOnce(),

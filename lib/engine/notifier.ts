@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { requireInteger, withDefaults } from './config.js';
+import { requireInteger, resolveSection, section, TIMER_MAX_MS, timerMs } from './config.js';
 import { quoteIdentifier } from './identifiers.js';
 import type { EngineLogger } from './logger.js';
 
@@ -31,6 +31,14 @@ export interface NotifierConfig {
  */
 export const NOTIFIER_DEFAULTS: NotifierConfig = { reconnectMinMs: 100, reconnectMaxMs: 5_000, probeIntervalMs: 15_000, probeTimeoutMs: 5_000 };
 
+export const NOTIFIER_OPTIONS = section<NotifierConfig>(
+  'the listener',
+  { reconnectMinMs: timerMs(1), reconnectMaxMs: timerMs(1), probeIntervalMs: timerMs(10), probeTimeoutMs: timerMs(10) },
+  NOTIFIER_DEFAULTS,
+  // The ping became a probe that proves the listener hears.
+  { pingIntervalMs: { use: 'notifier.probeIntervalMs', moveTo: 'probeIntervalMs' } },
+);
+
 /**
  * Consecutive connections that LISTENed without error and then missed their probe before the
  * one-time warning about transaction pooling: one could be a hiccup, several in a row are a
@@ -40,7 +48,6 @@ export const DEAF_ATTEMPTS_BEFORE_WARNING = 3;
 
 /** NOTIFY topic of the listener's own probe (payload `*probe:<notifier>.<n>`): wakes nothing. */
 const PROBE_TOPIC = '*probe';
-const TIMER_MAX_MS = 2_147_483_647;
 
 /** Sends `payload` on the channel through the engine's pool, the way producers notify. */
 export type ProbeSender = (payload: string) => Promise<unknown>;
@@ -96,11 +103,8 @@ export class Notifier {
     private readonly logger: EngineLogger,
     config?: Partial<NotifierConfig>,
   ) {
-    this.config = withDefaults(NOTIFIER_DEFAULTS, config);
-    requireInteger('notifier.reconnectMinMs', this.config.reconnectMinMs, 1, TIMER_MAX_MS);
+    this.config = resolveSection(NOTIFIER_OPTIONS, config, 'notifier');
     requireInteger('notifier.reconnectMaxMs', this.config.reconnectMaxMs, this.config.reconnectMinMs, TIMER_MAX_MS);
-    requireInteger('notifier.probeIntervalMs', this.config.probeIntervalMs, 10, TIMER_MAX_MS);
-    requireInteger('notifier.probeTimeoutMs', this.config.probeTimeoutMs, 10, TIMER_MAX_MS);
     this.reconnectDelayMs = this.config.reconnectMinMs;
   }
 

@@ -1,71 +1,27 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import pg from 'pg';
-import { Completer, type CompleterConfig } from './completer.js';
-import { KeyHandoffs, type KeyHandoffsConfig } from './key-handoffs.js';
-import { requireInteger, requireOneOf, requireString } from './config.js';
+import { Completer } from './completer.js';
+import { KeyHandoffs } from './key-handoffs.js';
+import { requireInteger, resolveSection } from './config.js';
+import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from './options.js';
+
+export type { PgQueueOptions } from './options.js';
 import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
-import { DEFAULT_SCHEMA, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
+import { isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
 import { EngineMetrics } from './metrics.js';
-import { migrate, MIGRATION_MODE_DEFAULT, MIGRATION_MODES, type MigrationMode, type MigrationReport } from './migrator.js';
-import { Notifier, type NotifierConfig } from './notifier.js';
-import { MAX_PAYLOAD_BYTES_DEFAULT, Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
-import { Pruner, type PrunerConfig } from './pruner.js';
-import { Reaper, type ReaperConfig } from './reaper.js';
-import { Scheduler, type SchedulerConfig } from './scheduler.js';
+import { migrate, type MigrationMode, type MigrationReport } from './migrator.js';
+import { Notifier } from './notifier.js';
+import { Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
+import { Pruner } from './pruner.js';
+import { Reaper } from './reaper.js';
+import { Scheduler } from './scheduler.js';
 import { settlesWithin } from './service.js';
-import { createQueries, STATEMENT_TIMEOUT_DEFAULT_MS, type Queries } from './sql.js';
+import { createQueries, type Queries } from './sql.js';
 import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
-import { HANDLER_DEFAULTS, resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
-
-export interface PgQueueOptions {
-  /** Where the queue's tables live. Give one of `connectionString` or `pool`. */
-  connectionString?: string;
-  /** An existing pool: the queue uses it and never closes it. */
-  pool?: pg.Pool;
-  /** Size of the pool the queue creates from `connectionString`. */
-  poolSize?: number;
-  /**
-   * A direct (not transaction-pooled) connection string for the one LISTEN connection, when the
-   * main one goes through PgBouncer in transaction mode. Defaults to the main connection. A
-   * listener that LISTENs but never hears its probe (as through a transaction pooler) is reported
-   * down, with a warning that names this option.
-   */
-  listenConnectionString?: string;
-  schema?: string;
-  /** This process's identity in `lease_owner`; default `host:pid:random`. Must be unique per process. */
-  workerId?: string;
-  migrations?: MigrationMode;
-  /** Defaults for every handler in this process; each handler may override them. */
-  handlerDefaults?: Partial<HandlerOptions>;
-  /** Claim again this often without a wake-up (NOTIFY is only an optimisation). */
-  pollIntervalMs?: number;
-  /** Wake-ups right after a claim that drained the queue share one claim within this window. */
-  wakeCooldownMs?: number;
-  maxPayloadBytes?: number;
-  /** Shutdown releases that give a job's attempt back before they start to count. */
-  maxFreeReleases?: number;
-  reaper?: Partial<ReaperConfig>;
-  scheduler?: Partial<SchedulerConfig>;
-  /** Retention of succeeded jobs; `false` keeps them forever. */
-  pruner?: Partial<PrunerConfig> | false;
-  /** The LISTEN connection's reconnect backoff and its probe (see NOTIFIER_DEFAULTS). */
-  notifier?: Partial<NotifierConfig>;
-  completer?: Partial<CompleterConfig>;
-  /** The pass that hands ordering keys on when a producer held the key's row at completion. */
-  keyHandoffs?: Partial<KeyHandoffsConfig>;
-  /**
-   * Bound of every statement the engine runs, and of every connection its pool opens (default
-   * 10 s): client-side on every statement (a connection that died silently fails it instead of
-   * hanging until the kernel gives up), and as `SET LOCAL statement_timeout` inside the engine's
-   * own transactions. Never a session or start-up setting: those do not survive transaction
-   * pooling. Migrations are not bounded by it.
-   */
-  statementTimeoutMs?: number;
-  logger?: EngineLogger;
-}
+import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
 export interface StartOptions {
   /**
@@ -193,10 +149,6 @@ export interface JobEffectRecord {
   confirmedAt: Date | null;
 }
 
-export const POLL_INTERVAL_DEFAULT_MS = 2_000;
-export const WAKE_COOLDOWN_DEFAULT_MS = 5;
-export const POOL_SIZE_DEFAULT = 10;
-export const MAX_FREE_RELEASES_DEFAULT = 3;
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
 const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
 /** NOTIFY payload that wakes schedulers (queue names cannot start with '*'). */
@@ -240,10 +192,12 @@ export class PgQueue {
   private readonly keysDeferred: () => void;
   private state: 'new' | 'started' | 'stopped' = 'new';
 
-  constructor(options: PgQueueOptions) {
-    if (options === null || typeof options !== 'object') {
+  constructor(given: PgQueueOptions) {
+    if (given === null || typeof given !== 'object') {
       throw new InvalidOptionError('options', 'missing', 'Pass { connectionString } or { pool }.');
     }
+    this.logger = given.logger ?? consoleLogger;
+    const options = resolveSection(ENGINE_OPTIONS, given, '', (message) => this.logger.warn(message)) as ResolvedEngineOptions;
     if ((options.connectionString === undefined) === (options.pool === undefined)) {
       throw new InvalidOptionError(
         options.pool ? 'pool' : 'connectionString',
@@ -251,33 +205,25 @@ export class PgQueue {
         'Give exactly one: a connection string (the queue then owns its pool) or an existing pg.Pool.',
       );
     }
-    if (options.connectionString !== undefined) requireString('connectionString', options.connectionString);
     // By shape, not instanceof: the app's pg may be another copy (another version) than ours.
     if (options.pool !== undefined && !isPool(options.pool)) {
       throw new InvalidOptionError('pool', 'it is not a pg.Pool', 'Pass a Pool from the "pg" package, or a connectionString.');
     }
-    this.logger = options.logger ?? consoleLogger;
-    this.schema = validateSchemaName(options.schema ?? DEFAULT_SCHEMA);
-    this.workerId = requireString(
-      'workerId',
-      options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
-      /^[\x21-\x7e]{1,200}$/,
-      'Use 1-200 printable ASCII characters without spaces, unique per process.',
-    );
-    this.migrationMode = requireOneOf('migrations', options.migrations ?? MIGRATION_MODE_DEFAULT, MIGRATION_MODES);
-    this.pollIntervalMs = requireInteger('pollIntervalMs', options.pollIntervalMs ?? POLL_INTERVAL_DEFAULT_MS, 10);
-    this.wakeCooldownMs = requireInteger('wakeCooldownMs', options.wakeCooldownMs ?? WAKE_COOLDOWN_DEFAULT_MS, 0, 10_000);
-    this.maxFreeReleases = requireInteger('maxFreeReleases', options.maxFreeReleases ?? MAX_FREE_RELEASES_DEFAULT, 0);
-    const maxPayloadBytes = requireInteger('maxPayloadBytes', options.maxPayloadBytes ?? MAX_PAYLOAD_BYTES_DEFAULT, 2, 64 * 1024 * 1024);
-    this.handlerDefaults = resolveHandlerOptions('handlerDefaults', options.handlerDefaults, HANDLER_DEFAULTS);
-    const statementTimeoutMs = requireInteger('statementTimeoutMs', options.statementTimeoutMs ?? STATEMENT_TIMEOUT_DEFAULT_MS, 100, 2_147_483_647);
+    this.schema = validateSchemaName(options.schema);
+    this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    this.migrationMode = options.migrations;
+    this.pollIntervalMs = options.pollIntervalMs;
+    this.wakeCooldownMs = options.wakeCooldownMs;
+    this.maxFreeReleases = options.maxFreeReleases;
+    const { maxPayloadBytes, statementTimeoutMs } = options;
+    this.handlerDefaults = options.handlerDefaults;
 
     this.ownsPool = options.pool === undefined;
     this.pool =
       options.pool ??
       new pg.Pool({
         connectionString: options.connectionString,
-        max: requireInteger('poolSize', options.poolSize ?? POOL_SIZE_DEFAULT, 2, 1_000),
+        max: options.poolSize,
         application_name: 'nestjs-pg-queue',
         // A connection whose peer vanished (a failover, a cut network) is noticed by the kernel
         // instead of looking idle forever; and a connect to an unreachable server gives up.
@@ -291,7 +237,7 @@ export class PgQueue {
     const channel = wakeChannel(this.schema);
     this.channel = channel;
     const listenConfig: pg.ClientConfig = options.listenConnectionString
-      ? { connectionString: requireString('listenConnectionString', options.listenConnectionString), application_name: 'nestjs-pg-queue:listen' }
+      ? { connectionString: options.listenConnectionString, application_name: 'nestjs-pg-queue:listen' }
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
     // The probe goes the producers' way (the pool), so a listener that cannot hear them is caught.
     const sendProbe = (payload: string) => run(this.pool, this.queries.notify, [channel, payload]);

@@ -1,4 +1,4 @@
-import { requireInteger, withDefaults } from './config.js';
+import { integer, resolveSection, section, timerMs } from './config.js';
 import { run, type Queryable } from './db.js';
 import type { EngineLogger } from './logger.js';
 import { PeriodicRunner } from './service.js';
@@ -21,6 +21,12 @@ export const PRUNER_DEFAULTS: PrunerConfig = {
   maxBatchesPerPass: 10,
 };
 
+export const PRUNER_OPTIONS = section<PrunerConfig>(
+  'the pruner',
+  { retentionMs: integer(0), intervalMs: timerMs(10), batchSize: integer(1, 100_000), maxBatchesPerPass: integer(1, 10_000) },
+  PRUNER_DEFAULTS,
+);
+
 /**
  * Retention of succeeded jobs, in bounded batches. It deletes nothing else: dead jobs are an
  * operational state that only an operator's explicit purge removes (and records), and pending,
@@ -36,11 +42,7 @@ export class Pruner {
     private readonly logger: EngineLogger,
     config?: Partial<PrunerConfig>,
   ) {
-    this.config = withDefaults(PRUNER_DEFAULTS, config);
-    requireInteger('pruner.retentionMs', this.config.retentionMs, 0);
-    requireInteger('pruner.intervalMs', this.config.intervalMs, 10);
-    requireInteger('pruner.batchSize', this.config.batchSize, 1, 100_000);
-    requireInteger('pruner.maxBatchesPerPass', this.config.maxBatchesPerPass, 1, 10_000);
+    this.config = resolveSection(PRUNER_OPTIONS, config, 'pruner');
     this.runner = new PeriodicRunner(
       () => this.runOnce(),
       () => this.config.intervalMs,

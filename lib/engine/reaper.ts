@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { requireInteger, withDefaults } from './config.js';
+import { integer, resolveSection, section, timerMs } from './config.js';
 import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
@@ -20,6 +20,12 @@ export interface ReaperConfig {
 }
 
 export const REAPER_DEFAULTS: ReaperConfig = { intervalMs: 5_000, batchSize: 500, maxBatchesPerPass: 20 };
+
+export const REAPER_OPTIONS = section<ReaperConfig>(
+  'the reaper',
+  { intervalMs: timerMs(10), batchSize: integer(1, 100_000), maxBatchesPerPass: integer(1, 10_000) },
+  REAPER_DEFAULTS,
+);
 
 export interface ReapResult {
   readonly reaped: number;
@@ -72,10 +78,7 @@ export class Reaper {
     private readonly keys: ReaperKeys,
     private readonly onReaped: () => void = () => {},
   ) {
-    this.config = withDefaults(REAPER_DEFAULTS, config);
-    requireInteger('reaper.intervalMs', this.config.intervalMs, 10);
-    requireInteger('reaper.batchSize', this.config.batchSize, 1, 100_000);
-    requireInteger('reaper.maxBatchesPerPass', this.config.maxBatchesPerPass, 1, 10_000);
+    this.config = resolveSection(REAPER_OPTIONS, config, 'reaper');
     this.runner = new PeriodicRunner(
       () => this.runOnce(),
       () => this.config.intervalMs,

@@ -1,4 +1,4 @@
-import { requireInteger, withDefaults } from './config.js';
+import { integer, resolveSection, section, timerMs } from './config.js';
 import { run, type Queryable } from './db.js';
 import type { EngineLogger } from './logger.js';
 import { PeriodicRunner } from './service.js';
@@ -14,6 +14,12 @@ export interface SchedulerConfig {
 }
 
 export const SCHEDULER_DEFAULTS: SchedulerConfig = { intervalMs: 1_000, batchSize: 1_000, maxBatchesPerPass: 10 };
+
+export const SCHEDULER_OPTIONS = section<SchedulerConfig>(
+  'the scheduler',
+  { intervalMs: timerMs(5), batchSize: integer(1, 100_000), maxBatchesPerPass: integer(1, 10_000) },
+  SCHEDULER_DEFAULTS,
+);
 
 /** The shortest sleep when the next due job is held by another session (see runOnce). */
 export const LOCKED_DUE_ROW_RETRY_MS = 25;
@@ -37,10 +43,7 @@ export class Scheduler {
     private readonly logger: EngineLogger,
     config?: Partial<SchedulerConfig>,
   ) {
-    this.config = withDefaults(SCHEDULER_DEFAULTS, config);
-    requireInteger('scheduler.intervalMs', this.config.intervalMs, 5);
-    requireInteger('scheduler.batchSize', this.config.batchSize, 1, 100_000);
-    requireInteger('scheduler.maxBatchesPerPass', this.config.maxBatchesPerPass, 1, 10_000);
+    this.config = resolveSection(SCHEDULER_OPTIONS, config, 'scheduler');
     this.nextDelayMs = this.config.intervalMs;
     this.runner = new PeriodicRunner(
       () => this.runOnce(),

@@ -1,5 +1,5 @@
 import { performance } from 'node:perf_hooks';
-import { requireInteger } from './config.js';
+import { integer, nested, number, resolveSection, section, type Section } from './config.js';
 import type pg from 'pg';
 import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, RetryableJobError, type FenceLossReason } from './errors.js';
@@ -12,7 +12,7 @@ import { whileLeaseLasts } from './retrying.js';
 import type { Queries } from './sql.js';
 import { settlesWithin } from './service.js';
 import { runInJobSpan } from './tracing.js';
-import type { HandlerOptions, JobHandlerFn } from './types.js';
+import type { BackoffOptions, HandlerOptions, JobHandlerFn } from './types.js';
 
 export const HANDLER_DEFAULTS: HandlerOptions = {
   concurrency: 10,
@@ -26,26 +26,36 @@ export const HANDLER_DEFAULTS: HandlerOptions = {
   abortMarginMs: undefined,
 };
 
-export function resolveHandlerOptions(queue: string, options: Partial<HandlerOptions> | undefined, base: HandlerOptions): HandlerOptions {
-  const merged: HandlerOptions = {
-    ...base,
-    ...Object.fromEntries(Object.entries(options ?? {}).filter(([, v]) => v !== undefined)),
-    backoff: { ...base.backoff, ...options?.backoff },
-  };
-  const at = (field: string) => `${queue}.${field}`;
-  requireInteger(at('concurrency'), merged.concurrency, 1, 1_000);
-  requireInteger(at('prefetch'), merged.prefetch, 0, 10_000);
-  requireInteger(at('leaseMs'), merged.leaseMs, 200, 24 * 3_600_000);
-  requireInteger(at('maxRuntimeMs'), merged.maxRuntimeMs, 1, 7 * 24 * 3_600_000);
-  requireInteger(at('maxAttempts'), merged.maxAttempts, 1, 1_000_000);
-  requireInteger(at('unknownErrorAttempts'), merged.unknownErrorAttempts, 1, 1_000_000);
-  requireInteger(at('backoff.baseMs'), merged.backoff.baseMs, 0, 2_147_483_647);
-  requireInteger(at('backoff.maxMs'), merged.backoff.maxMs, 0, 2_147_483_647);
-  if (typeof merged.fairShare !== 'number' || !(merged.fairShare >= 0 && merged.fairShare <= 1)) {
-    throw new InvalidOptionError(at('fairShare'), `${String(merged.fairShare)} is not a number from 0 to 1`, 'Use 0 for strict priority, or the share of claims taken oldest-first (e.g. 0.1).');
-  }
+const INT32_MAX = 2_147_483_647;
+
+export const BACKOFF_OPTIONS = section<BackoffOptions>('backoff', { baseMs: integer(0, INT32_MAX), maxMs: integer(0, INT32_MAX) }, HANDLER_DEFAULTS.backoff);
+
+export const HANDLER_OPTIONS = section<HandlerOptions>(
+  'a handler',
+  {
+    concurrency: integer(1, 1_000),
+    prefetch: integer(0, 10_000),
+    leaseMs: integer(200, 24 * 3_600_000),
+    maxRuntimeMs: integer(1, 7 * 24 * 3_600_000),
+    maxAttempts: integer(1, 1_000_000),
+    unknownErrorAttempts: integer(1, 1_000_000),
+    backoff: nested(BACKOFF_OPTIONS),
+    fairShare: number(0, 1),
+    abortMarginMs: integer(0, INT32_MAX),
+  },
+  HANDLER_DEFAULTS,
+);
+
+/** HANDLER_OPTIONS with other defaults (a process's handlerDefaults), field by field, backoff included. */
+function withBase(base: HandlerOptions): Section<HandlerOptions> {
+  return { ...HANDLER_OPTIONS, defaults: base, fields: { ...HANDLER_OPTIONS.fields, backoff: nested({ ...BACKOFF_OPTIONS, defaults: base.backoff }) } };
+}
+
+/** A handler's options over `base`: every name and value checked, named `where.field` in messages. */
+export function resolveHandlerOptions(where: string, options: Partial<HandlerOptions> | undefined, base: HandlerOptions): HandlerOptions {
+  const merged = resolveSection(withBase(base), options, where);
+  const at = (field: string) => `${where}.${field}`;
   if (merged.abortMarginMs !== undefined) {
-    requireInteger(at('abortMarginMs'), merged.abortMarginMs, 0);
     // The attempt's lease is the shorter of leaseMs and maxRuntimeMs.
     const attemptLeaseMs = Math.min(merged.leaseMs, merged.maxRuntimeMs);
     if (merged.abortMarginMs * 2 > attemptLeaseMs) {

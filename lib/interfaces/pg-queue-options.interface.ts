@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { BackoffOptions, HandlerOptions, HealthThresholds, MigrationMode, PrunerConfig, ReaperConfig, SchedulerConfig } from '../engine/index.js';
+import type { BackoffOptions, HandlerOptions, HealthThresholds, PgQueueOptions } from '../engine/index.js';
 
 /**
  * Options of one `@JobHandler(queue, options)`, and of `handlerDefaults`. Every field is optional:
@@ -16,42 +16,23 @@ export interface JobHandlerOptions extends Partial<Omit<HandlerOptions, 'backoff
 }
 
 /**
- * Options of `PgQueueModule.forRoot()` (and what a `forRootAsync()` factory returns). They are
- * validated when the application starts; an invalid value fails the start with an
- * `InvalidOptionError` that names the option and says how to fix it.
+ * Options of `PgQueueModule.forRoot()` (and what a `forRootAsync()` factory returns): the engine's
+ * options (`PgQueueOptions` of `nestjs-pg-queue/engine`, the same names, defaults and checks; the
+ * module passes Nest's logger) and the module's own below. They are validated when the
+ * application starts; an invalid value, or a name that is not an option at any depth, fails the
+ * start with an `InvalidOptionError` that names the option and says how to fix it.
+ *
+ * Among the engine's: `connectionString` or `pool` (exactly one), `poolSize` (10),
+ * `listenConnectionString` (a direct connection for LISTEN behind a transaction pooler), `schema`
+ * ("pgqueue"), `workerId`, `migrations` ("auto"), `pollIntervalMs` (2000), `statementTimeoutMs`
+ * (10000), `maxPayloadBytes`, `maxFreeReleases` (3), and the sections `reaper` (`intervalMs`
+ * 5000, batch bounds), `scheduler`, `pruner` (or `false`), `notifier`, `completer`, `keyHandoffs`.
  *
  * @publicApi
  */
-export interface PgQueueModuleOptions {
-  /** Where the queue's tables live. Give exactly one of `connectionString` or `pool`. */
-  connectionString?: string;
-  /**
-   * An existing pool: the queue uses it and never closes it (closing it is the owner's job, after
-   * the application has shut down). A pool created from `connectionString` is closed at shutdown.
-   */
-  pool?: pg.Pool;
-  /** Size of the pool created from `connectionString` (default 10). */
-  poolSize?: number;
-  /**
-   * A direct (not transaction-pooled) connection string for the one LISTEN connection of the
-   * process, when `connectionString` goes through PgBouncer in transaction mode.
-   */
-  listenConnectionString?: string;
-  /** Schema of the queue's tables (default "pgqueue"). */
-  schema?: string;
-  /** This process's identity in `lease_owner` (default `host:pid:random`). Must be unique per process. */
-  workerId?: string;
-  /** `auto` (default) applies pending migrations at start, `verify` only checks them, `off` skips both. */
-  migrations?: MigrationMode;
+export interface PgQueueModuleOptions extends Omit<PgQueueOptions, 'logger' | 'handlerDefaults'> {
   /** Defaults for every `@JobHandler` of this process; each handler may override them. */
   handlerDefaults?: JobHandlerOptions;
-  /** Each worker claims again this often without a wake-up (NOTIFY is only an optimisation). Default 2000. */
-  pollIntervalMs?: number;
-  /**
-   * The reaper's pass (recovery of expired leases) runs this often: from the app's
-   * `SchedulerRegistry` when it imports `ScheduleModule`, else on the engine's own timer. Default 5000.
-   */
-  reaperIntervalMs?: number;
   /**
    * At shutdown, running handlers get this long to finish; then their signals abort and their jobs
    * are released to `pending` (fenced, attempt given back). Default 10000.
@@ -69,25 +50,17 @@ export interface PgQueueModuleOptions {
    * a handler in this process is declared anyway.
    */
   queues?: readonly string[];
-  /** The largest payload `enqueue` accepts, in bytes of JSON (default 256 KiB). */
-  maxPayloadBytes?: number;
-  /** Shutdown releases that give a job's attempt back before they start to count (default 3). */
-  maxFreeReleases?: number;
-  /** The reaper's batch bounds (its interval is `reaperIntervalMs`). */
-  reaper?: Partial<Omit<ReaperConfig, 'intervalMs'>>;
-  /** The scheduler that promotes due delayed jobs and retries. */
-  scheduler?: Partial<SchedulerConfig>;
-  /**
-   * Retention of succeeded jobs (default: deleted 7 days after they finished, checked every
-   * minute, run like the reaper); `false` keeps them forever. Dead jobs are never pruned.
-   */
-  pruner?: Partial<PrunerConfig> | false;
   /**
    * Thresholds of `PgQueueHealthIndicator` (defaults: down when an unpaused queue's oldest
    * claimable job has waited more than 5 minutes, or the LISTEN connection has been down more
    * than 1 minute, or the database has not answered within 5 s). A call's arguments override them.
    */
   health?: PgQueueHealthOptions;
+  /**
+   * @deprecated Use `reaper: { intervalMs }` (the engine's name). Still accepted, with a warning,
+   * until the next minor version.
+   */
+  reaperIntervalMs?: number;
 }
 
 /**

@@ -7,7 +7,7 @@ import type { JobHandlerMetadata, PgQueueModuleOptions } from '../interfaces/ind
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PG_QUEUE_MODULE_OPTIONS } from '../pg-queue.constants.js';
 import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, HANDLERS_FOUND, NON_STATIC_HANDLER } from '../pg-queue.messages.js';
 import { PgQueueMetadataAccessor } from './pg-queue-metadata.accessor.js';
-import { checkHandlerOptionNames, toHandlerOptions } from './pg-queue.options.js';
+import { toHandlerOptions } from './pg-queue.options.js';
 
 /** A discovered handler: where it is (for messages) and what it handles. */
 export interface DiscoveredHandler {
@@ -109,7 +109,6 @@ export class PgQueueExplorer implements OnModuleInit {
     }
     // The engine labels option errors with the queue; validating first under the method's name
     // ("EmailJobs.send.leaseMs") tells the user which decorator to fix.
-    checkHandlerOptionNames(handler.name, metadata.options);
     resolveHandlerOptions(handler.name, toHandlerOptions(metadata.options), defaults);
     this.engine.work(metadata.queue, fn, toHandlerOptions(metadata.options));
     this.found.set(metadata.queue, handler);

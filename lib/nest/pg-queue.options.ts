@@ -1,73 +1,62 @@
-import { requireInteger, requireOneOf } from '../engine/config.js';
-import { HEALTH_DEFAULTS, InvalidOptionError, PgQueue, REAPER_DEFAULTS, type BackoffOptions, type EngineLogger, type HandlerOptions } from '../engine/index.js';
+import { boolean, nested, opaque, resolveSection, section, timerMs, type Section, type Warn } from '../engine/config.js';
+import { HEALTH_DEFAULTS, InvalidOptionError, PgQueue, type EngineLogger, type HandlerOptions, type PgQueueOptions } from '../engine/index.js';
 import { isQueueName } from '../engine/identifiers.js';
-import { MIGRATION_MODES } from '../engine/migrator.js';
+import { ENGINE_OPTIONS } from '../engine/options.js';
 import type { JobHandlerOptions, PgQueueHealthOptions, PgQueueModuleOptions } from '../interfaces/index.js';
 import { HEALTH_TIMEOUT_DEFAULT_MS, SHUTDOWN_TIMEOUT_DEFAULT_MS } from '../pg-queue.constants.js';
 
-/** What the module itself does with its options; everything else goes to the engine. */
+/** What the module itself does with its options, and what it hands to the engine. */
 export interface ModuleRuntimeConfig {
   readonly processing: boolean;
   readonly shutdownTimeoutMs: number;
+  /** The reaper's interval (`reaper.intervalMs`), for the interval the orchestrator registers. */
   readonly reaperIntervalMs: number;
   readonly queues: readonly string[];
   /** The health indicator's thresholds, defaults applied. */
   readonly health: ResolvedHealthOptions;
+  /** The engine's options, validated (the Nest logger is added when the engine is built). */
+  readonly engine: Omit<PgQueueOptions, 'logger'>;
 }
 
 export type ResolvedHealthOptions = Required<PgQueueHealthOptions>;
 
-/** Every option's name, so a misspelt one is an error at start instead of a silent default. */
-const KNOWN_OPTIONS = {
-  connectionString: true,
-  pool: true,
-  poolSize: true,
-  listenConnectionString: true,
-  schema: true,
-  workerId: true,
-  migrations: true,
-  handlerDefaults: true,
-  pollIntervalMs: true,
-  reaperIntervalMs: true,
-  shutdownTimeoutMs: true,
-  processing: true,
-  queues: true,
-  maxPayloadBytes: true,
-  maxFreeReleases: true,
-  reaper: true,
-  scheduler: true,
-  pruner: true,
-  health: true,
-} satisfies Record<keyof PgQueueModuleOptions, true>;
-
-/** Every handler option's name: `@JobHandler('q', { concurency: 5 })` fails the start instead of running with 10. */
-const KNOWN_HANDLER_OPTIONS = {
-  concurrency: true,
-  prefetch: true,
-  leaseMs: true,
-  maxRuntimeMs: true,
-  maxAttempts: true,
-  unknownErrorAttempts: true,
-  backoff: true,
-  fairShare: true,
-  abortMarginMs: true,
-} satisfies Record<keyof JobHandlerOptions, true>;
-
-const KNOWN_BACKOFF_OPTIONS = { baseMs: true, maxMs: true } satisfies Record<keyof BackoffOptions, true>;
-
-const KNOWN_HEALTH_OPTIONS = { maxClaimableAgeMs: true, maxListenerDownMs: true, timeoutMs: true } satisfies Record<keyof PgQueueHealthOptions, true>;
-
 /** The health indicator's defaults: the engine's thresholds, and the module's own timeout. */
 export const HEALTH_OPTION_DEFAULTS: ResolvedHealthOptions = { ...HEALTH_DEFAULTS, timeoutMs: HEALTH_TIMEOUT_DEFAULT_MS };
 
-/** setInterval/setTimeout take at most 2^31-1 ms; longer values fire at once. */
-const TIMER_MAX_MS = 2_147_483_647;
+const HEALTH_OPTIONS = section<PgQueueHealthOptions>(
+  'the health check',
+  { maxClaimableAgeMs: timerMs(0), maxListenerDownMs: timerMs(0), timeoutMs: timerMs(1) },
+  HEALTH_OPTION_DEFAULTS,
+);
+
+/** Options only the module has; they never reach the engine. */
+const MODULE_ONLY = ['shutdownTimeoutMs', 'processing', 'queues', 'health'] as const;
 
 /**
- * Validates the module's own options (the engine validates the rest when it is constructed, with
- * the same error class and style) and applies their defaults, in one place.
+ * The module's options: the engine's (one section, the engine's own: the same names, bounds,
+ * defaults and messages in both layers) but its logger (the module passes Nest's), plus the
+ * module's own. `reaperIntervalMs` is the old name of `reaper.intervalMs`.
  */
-export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | null): ModuleRuntimeConfig {
+const { logger: _logger, ...engineFields } = ENGINE_OPTIONS.fields;
+const MODULE_OPTIONS = section<Omit<PgQueueModuleOptions, 'reaperIntervalMs'>>(
+  'PgQueueModule',
+  {
+    ...engineFields,
+    shutdownTimeoutMs: timerMs(0),
+    processing: boolean(),
+    queues: opaque('array'),
+    health: nested(HEALTH_OPTIONS),
+  } satisfies Section<Omit<PgQueueModuleOptions, 'reaperIntervalMs'>>['fields'],
+  { ...ENGINE_OPTIONS.defaults, shutdownTimeoutMs: SHUTDOWN_TIMEOUT_DEFAULT_MS, processing: true },
+  { reaperIntervalMs: { use: 'reaper.intervalMs', moveTo: 'reaper.intervalMs' } },
+);
+
+/**
+ * Validates every option (the engine's with the engine's own section, nested ones included) and
+ * applies the defaults, in one place, when the application is created: before any connection is
+ * opened, a bad option fails the start with a message naming it.
+ */
+export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | null, warn: Warn): ModuleRuntimeConfig {
   if (options === null || typeof options !== 'object') {
     throw new InvalidOptionError(
       'options',
@@ -75,16 +64,8 @@ export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | 
       'Pass forRoot({ connectionString }) or return { connectionString } (or { pool }) from the forRootAsync factory.',
     );
   }
-  requireKnownNames('', options, KNOWN_OPTIONS, 'PgQueueModule');
-  if (options.handlerDefaults !== undefined) checkHandlerOptionNames('handlerDefaults', options.handlerDefaults);
-  if (options.migrations !== undefined) requireOneOf('migrations', options.migrations, MIGRATION_MODES);
-  if (options.processing !== undefined && typeof options.processing !== 'boolean') {
-    throw new InvalidOptionError('processing', `${typeof options.processing} is not a boolean`, 'Set "processing" to true (run handlers) or false (enqueue only).');
-  }
-  const queues = options.queues ?? [];
-  if (!Array.isArray(queues)) {
-    throw new InvalidOptionError('queues', `${typeof queues} is not an array`, 'Set "queues" to an array of queue names, e.g. ["emails"].');
-  }
+  const resolved = resolveSection(MODULE_OPTIONS, options, '', warn) as PgQueueModuleOptions & Required<Pick<PgQueueModuleOptions, 'shutdownTimeoutMs' | 'processing'>>;
+  const queues = resolved.queues ?? [];
   for (const [index, queue] of queues.entries()) {
     if (!isQueueName(queue)) {
       throw new InvalidOptionError(
@@ -94,28 +75,17 @@ export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | 
       );
     }
   }
+  const engine: Record<string, unknown> = { ...resolved };
+  for (const name of MODULE_ONLY) delete engine[name];
+  delete engine.reaperIntervalMs;
   return {
-    processing: options.processing ?? true,
-    shutdownTimeoutMs: requireInteger('shutdownTimeoutMs', options.shutdownTimeoutMs ?? SHUTDOWN_TIMEOUT_DEFAULT_MS, 0, TIMER_MAX_MS),
-    reaperIntervalMs: requireInteger('reaperIntervalMs', options.reaperIntervalMs ?? REAPER_DEFAULTS.intervalMs, 10, TIMER_MAX_MS),
+    processing: resolved.processing,
+    shutdownTimeoutMs: resolved.shutdownTimeoutMs,
+    reaperIntervalMs: (resolved.reaper as { intervalMs: number }).intervalMs,
     queues: [...new Set(queues)],
-    health: resolveHealthOptions('health', options.health, HEALTH_OPTION_DEFAULTS),
+    health: resolved.health as ResolvedHealthOptions,
+    engine: engine as Omit<PgQueueOptions, 'logger'>,
   };
-}
-
-/**
- * Checks a handler's option names (the engine checks their values): a misspelt name is an error
- * naming where it is (`EmailJobs.send.concurency`), not a silent default.
- */
-export function checkHandlerOptionNames(where: string, options: unknown): void {
-  if (options === undefined) return;
-  requireObject(where, options, 'handler options, e.g. { concurrency: 5 }');
-  requireKnownNames(`${where}.`, options, KNOWN_HANDLER_OPTIONS, '@JobHandler');
-  const { backoff } = options as JobHandlerOptions;
-  if (backoff !== undefined) {
-    requireObject(`${where}.backoff`, backoff, '{ baseMs, maxMs }');
-    requireKnownNames(`${where}.backoff.`, backoff, KNOWN_BACKOFF_OPTIONS, 'backoff');
-  }
 }
 
 /**
@@ -124,46 +94,12 @@ export function checkHandlerOptionNames(where: string, options: unknown): void {
  */
 export function resolveHealthOptions(where: string, options: PgQueueHealthOptions | undefined, base: ResolvedHealthOptions): ResolvedHealthOptions {
   if (options === undefined) return base;
-  requireObject(where, options, '{ maxClaimableAgeMs, maxListenerDownMs, timeoutMs }');
-  requireKnownNames(`${where}.`, options, KNOWN_HEALTH_OPTIONS, 'the health check');
-  const pick = (field: keyof PgQueueHealthOptions, min: number) => requireInteger(`${where}.${field}`, options[field] ?? base[field], min, TIMER_MAX_MS);
-  return { maxClaimableAgeMs: pick('maxClaimableAgeMs', 0), maxListenerDownMs: pick('maxListenerDownMs', 0), timeoutMs: pick('timeoutMs', 1) };
+  return resolveSection({ ...HEALTH_OPTIONS, defaults: base }, options, where) as ResolvedHealthOptions;
 }
 
-function requireObject(option: string, value: unknown, expected: string): asserts value is object {
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new InvalidOptionError(option, `${value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value} is not an object`, `Pass ${expected}.`);
-  }
-}
-
-function requireKnownNames(prefix: string, options: object, known: Record<string, true>, owner: string): void {
-  for (const key of Object.keys(options)) {
-    if (!Object.hasOwn(known, key)) {
-      throw new InvalidOptionError(`${prefix}${key}`, `it is not an option of ${owner}`, `Remove it, or use one of: ${Object.keys(known).join(', ')}.`);
-    }
-  }
-}
-
-/** Builds the engine from validated options; the engine validates its own and throws the same way. */
-export function createEngine(options: PgQueueModuleOptions, config: ModuleRuntimeConfig, logger: EngineLogger): PgQueue {
-  const {
-    reaperIntervalMs: _reaperIntervalMs,
-    shutdownTimeoutMs: _shutdownTimeoutMs,
-    processing: _processing,
-    queues: _queues,
-    health: _health,
-    handlerDefaults,
-    reaper,
-    ...engineOptions
-  } = options;
-  return new PgQueue({
-    ...engineOptions,
-    handlerDefaults: toHandlerOptions(handlerDefaults),
-    // The reaper runs every reaperIntervalMs on whichever timer runs it: the engine's own, or
-    // (when the app imports ScheduleModule) the interval the orchestrator registers.
-    reaper: { ...reaper, intervalMs: config.reaperIntervalMs },
-    logger,
-  });
+/** Builds the engine from the validated options, with Nest's logger. */
+export function createEngine(config: ModuleRuntimeConfig, logger: EngineLogger): PgQueue {
+  return new PgQueue({ ...config.engine, logger });
 }
 
 /**

@@ -15,13 +15,15 @@ export const PG_QUEUE_RUNTIME_CONFIG = Symbol('pg-queue:runtime-config');
 export const pgQueueProviders: Provider[] = [
   {
     provide: PG_QUEUE_RUNTIME_CONFIG,
-    useFactory: (options: PgQueueModuleOptions): ModuleRuntimeConfig => resolveModuleConfig(options),
+    useFactory: (options: PgQueueModuleOptions): ModuleRuntimeConfig => {
+      const logger = new NestEngineLogger();
+      return resolveModuleConfig(options, (message) => logger.warn(message));
+    },
     inject: [PG_QUEUE_MODULE_OPTIONS],
   },
   {
     provide: PG_QUEUE_ENGINE,
-    useFactory: (options: PgQueueModuleOptions, config: ModuleRuntimeConfig): PgQueue =>
-      createEngine(options, config, new NestEngineLogger()),
-    inject: [PG_QUEUE_MODULE_OPTIONS, PG_QUEUE_RUNTIME_CONFIG],
+    useFactory: (config: ModuleRuntimeConfig): PgQueue => createEngine(config, new NestEngineLogger()),
+    inject: [PG_QUEUE_RUNTIME_CONFIG],
   },
 ];

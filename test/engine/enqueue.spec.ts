@@ -114,6 +114,26 @@ test('options are validated at construction, naming the option', () => {
   return engine.stop();
 });
 
+test('D25: every option name and bound is checked by the engine, nested ones included', async () => {
+  const make = (options: object) => () => new PgQueue({ connectionString: fx.url, ...options } as never);
+  expect(make({ pollIntervallMs: 100 })).toThrow(/Invalid option "pollIntervallMs": it is not an option of PgQueue/);
+  expect(make({ reaper: { intervallMs: 100 } })).toThrow(/Invalid option "reaper.intervallMs": it is not an option of the reaper/);
+  expect(make({ scheduler: { batchsize: 5 } })).toThrow(/Invalid option "scheduler.batchsize"/);
+  expect(make({ pruner: { retention: 5 } })).toThrow(/Invalid option "pruner.retention"/);
+  expect(make({ notifier: { probeEveryMs: 5 } })).toThrow(/Invalid option "notifier.probeEveryMs"/);
+  expect(make({ handlerDefaults: { backoff: { base: 5 } } })).toThrow(/Invalid option "handlerDefaults.backoff.base"/);
+  // Timers cannot wait past 2^31-1 ms (Node would fire them every millisecond instead).
+  for (const option of [{ pollIntervalMs: 2 ** 31 }, { reaper: { intervalMs: 2 ** 31 } }, { scheduler: { intervalMs: 2 ** 31 } }, { pruner: { intervalMs: 2 ** 31 } }, { notifier: { probeIntervalMs: 2 ** 31 } }]) {
+    expect(make(option)).toThrow(/is not an integer from \d+ to 2147483647/);
+  }
+  // A deprecated name still works, with a warning naming its replacement.
+  const logger = { lines: [] as string[], log: () => {}, warn: (m: string) => void logger.lines.push(m), error: () => {} };
+  const engine = new PgQueue({ connectionString: fx.url, logger, notifier: { pingIntervalMs: 20_000 } as never });
+  expect(engine.notifier.config.probeIntervalMs).toBe(20_000);
+  expect(logger.lines).toEqual([expect.stringMatching(/"notifier.pingIntervalMs" is deprecated .* use "notifier.probeIntervalMs"/)]);
+  await engine.stop();
+});
+
 test('a job stays claimable for whoever handles it: waitFor sanity', async () => {
   await expect(waitFor(() => false, 50)).rejects.toThrow(/not met/);
 });

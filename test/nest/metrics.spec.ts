@@ -58,7 +58,7 @@ describe('GET /metrics', () => {
       {
         pollIntervalMs: 100,
         // The reaper runs when the test says (engine.reapOnce()), so the order of events is the test's.
-        reaperIntervalMs: 600_000,
+        reaper: { intervalMs: 600_000 },
         scheduler: { intervalMs: 50 },
         queues: ['backlog'],
       },

@@ -107,7 +107,7 @@ describe('PgQueueModule', () => {
     await database?.drop();
   });
 
-  const fast = (): PgQueueModuleOptions => ({ connectionString: database.url, pollIntervalMs: 100, reaperIntervalMs: 100 });
+  const fast = (): PgQueueModuleOptions => ({ connectionString: database.url, pollIntervalMs: 100, reaper: { intervalMs: 100 } });
 
   async function compile(imports: unknown[], providers: unknown[] = [], logger = new CapturingLogger()): Promise<TestingModule> {
     const moduleRef = await Test.createTestingModule({ imports: imports as never[], providers: providers as never[] })
@@ -167,11 +167,24 @@ describe('PgQueueModule', () => {
     expect(await queue.enqueue('from-factory', { n: 1 })).toMatch(/^\d+$/);
   });
 
+  it('reaperIntervalMs still works for one minor version, with a warning naming reaper.intervalMs', async () => {
+    const { engine, logger } = await boot([PgQueueModule.forRoot({ connectionString: database.url, reaperIntervalMs: 1_234 })]);
+    expect(engine.reaper.config.intervalMs).toBe(1_234);
+    expect(logger.messages('warn')).toContainEqual(expect.stringMatching(/"reaperIntervalMs" is deprecated .* use "reaper.intervalMs"/));
+  });
+
   describe('fails at start with a message naming the option', () => {
     const cases: [string, PgQueueModuleOptions, RegExp][] = [
       ['no connection', {}, /Invalid option "connectionString": neither connectionString nor pool is set/],
       ['a bad shutdownTimeoutMs', { connectionString: 'postgres://x/y', shutdownTimeoutMs: -1 }, /Invalid option "shutdownTimeoutMs": -1 is not an integer from 0/],
-      ['a bad reaperIntervalMs', { connectionString: 'postgres://x/y', reaperIntervalMs: 1.5 }, /Invalid option "reaperIntervalMs"/],
+      ['a bad reaper interval', { connectionString: 'postgres://x/y', reaper: { intervalMs: 1.5 } }, /Invalid option "reaper.intervalMs"/],
+      ['a bad reaper interval, by its deprecated name', { connectionString: 'postgres://x/y', reaperIntervalMs: 1.5 }, /Invalid option "reaper.intervalMs"/],
+      ['both names of the reaper interval, disagreeing', { connectionString: 'postgres://x/y', reaperIntervalMs: 100, reaper: { intervalMs: 200 } }, /Invalid option "reaperIntervalMs": it is set to 100 and "reaper.intervalMs" to 200/],
+      ['a misspelt reaper option', { connectionString: 'postgres://x/y', reaper: { intervallMs: 100 } as never }, /Invalid option "reaper.intervallMs": it is not an option of the reaper/],
+      ['a misspelt scheduler option', { connectionString: 'postgres://x/y', scheduler: { batchsize: 10 } as never }, /Invalid option "scheduler.batchsize": it is not an option of the scheduler/],
+      ['a misspelt pruner option', { connectionString: 'postgres://x/y', pruner: { retention: 10 } as never }, /Invalid option "pruner.retention": it is not an option of the pruner/],
+      ['an interval past what a timer can wait', { connectionString: 'postgres://x/y', pollIntervalMs: 2 ** 31 }, /Invalid option "pollIntervalMs": 2147483648 is not an integer from 10 to 2147483647/],
+      ['an engine option the module passes on', { connectionString: 'postgres://x/y', statementTimeoutMs: 5 }, /Invalid option "statementTimeoutMs"/],
       ['a misspelt option', { connectionString: 'postgres://x/y', shutdownTimeout: 5 } as PgQueueModuleOptions, /Invalid option "shutdownTimeout": it is not an option of PgQueueModule/],
       ['a bad migrations mode', { connectionString: 'postgres://x/y', migrations: 'sometimes' as never }, /Invalid option "migrations": "sometimes" is not one of "auto", "verify", "off"/],
       ['a bad schema', { connectionString: 'postgres://x/y', schema: 'Bad-Schema' }, /Invalid option "schema"/],
@@ -180,7 +193,7 @@ describe('PgQueueModule', () => {
       ['a bad queue name', { connectionString: 'postgres://x/y', queues: ['ok', 'not ok'] }, /Invalid option "queues\[1\]"/],
       ['a bad health threshold', { connectionString: 'postgres://x/y', health: { maxClaimableAgeMs: -1 } }, /Invalid option "health\.maxClaimableAgeMs": -1 is not an integer from 0/],
       ['a misspelt health option', { connectionString: 'postgres://x/y', health: { maxAgeMs: 1 } as never }, /Invalid option "health\.maxAgeMs": it is not an option of the health check/],
-      ['a misspelt handler default', { connectionString: 'postgres://x/y', handlerDefaults: { concurency: 2 } as never }, /Invalid option "handlerDefaults\.concurency": it is not an option of @JobHandler/],
+      ['a misspelt handler default', { connectionString: 'postgres://x/y', handlerDefaults: { concurency: 2 } as never }, /Invalid option "handlerDefaults\.concurency": it is not an option of a handler/],
       ['a bad handler fairShare default', { connectionString: 'postgres://x/y', handlerDefaults: { fairShare: 2 } }, /Invalid option "handlerDefaults\.fairShare": 2 is not a number from 0 to 1/],
     ];
     for (const [name, options, message] of cases) {

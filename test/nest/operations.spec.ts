@@ -66,7 +66,7 @@ describe('operating the queue', () => {
   beforeAll(async () => {
     s = await bootSampleApp(
       'operations',
-      { pollIntervalMs: 100, reaperIntervalMs: 200, scheduler: { intervalMs: 50 }, health: { maxClaimableAgeMs: 1_000 } },
+      { pollIntervalMs: 100, reaper: { intervalMs: 200 }, scheduler: { intervalMs: 50 }, health: { maxClaimableAgeMs: 1_000 } },
       [OpsJobs],
     );
   });

@@ -24,7 +24,7 @@ describe('sample app', () => {
   beforeAll(async () => {
     database = await createTestDatabase('sampleapp');
     const moduleRef = await Test.createTestingModule({
-      imports: [AppModule.register({ connectionString: database.url, pollIntervalMs: 100, reaperIntervalMs: 200 })],
+      imports: [AppModule.register({ connectionString: database.url, pollIntervalMs: 100, reaper: { intervalMs: 200 } })],
     })
       .setLogger(logger)
       .compile();

@@ -67,7 +67,7 @@ describe('PgQueueModule and @nestjs/schedule', () => {
     await database?.drop();
   });
 
-  const fast = (): PgQueueModuleOptions => ({ connectionString: database.url, pollIntervalMs: 100, reaperIntervalMs: 100 });
+  const fast = (): PgQueueModuleOptions => ({ connectionString: database.url, pollIntervalMs: 100, reaper: { intervalMs: 100 } });
 
   async function boot(imports: unknown[], providers: unknown[] = [], logger = new CapturingLogger()) {
     const app = await Test.createTestingModule({ imports: imports as never[], providers: providers as never[] })
@@ -148,7 +148,7 @@ describe('PgQueueModule and @nestjs/schedule', () => {
       passes += 1;
       return reapOnce();
     };
-    const { fired, periods } = await measure(() => passes, 10 * fast().reaperIntervalMs!, fast().reaperIntervalMs!);
+    const { fired, periods } = await measure(() => passes, 10 * fast().reaper!.intervalMs!, fast().reaper!.intervalMs!);
     expect(fired).toBeGreaterThan(0);
     expect(fired).toBeLessThanOrEqual(periods + 1);
 

@@ -1,0 +1,124 @@
+import { COMPLETER_OPTIONS, type CompleterConfig } from './completer.js';
+import { integer, nested, oneOf, opaque, section, string, timerMs } from './config.js';
+import { DEFAULT_SCHEMA } from './identifiers.js';
+import { KEY_HANDOFFS_OPTIONS, type KeyHandoffsConfig } from './key-handoffs.js';
+import { MIGRATION_MODE_DEFAULT, MIGRATION_MODES } from './migrator.js';
+import { NOTIFIER_OPTIONS, type NotifierConfig } from './notifier.js';
+import type pg from 'pg';
+import type { EngineLogger } from './logger.js';
+import type { MigrationMode } from './migrator.js';
+import { MAX_PAYLOAD_BYTES_DEFAULT } from './producer.js';
+import { PRUNER_OPTIONS, type PrunerConfig } from './pruner.js';
+import { REAPER_OPTIONS, type ReaperConfig } from './reaper.js';
+import { SCHEDULER_OPTIONS, type SchedulerConfig } from './scheduler.js';
+import { STATEMENT_TIMEOUT_DEFAULT_MS } from './sql.js';
+import type { HandlerOptions } from './types.js';
+import { HANDLER_OPTIONS } from './worker.js';
+
+export interface PgQueueOptions {
+  /** Where the queue's tables live. Give one of `connectionString` or `pool`. */
+  connectionString?: string;
+  /** An existing pool: the queue uses it and never closes it. */
+  pool?: pg.Pool;
+  /** Size of the pool the queue creates from `connectionString`. */
+  poolSize?: number;
+  /**
+   * A direct (not transaction-pooled) connection string for the one LISTEN connection, when the
+   * main one goes through PgBouncer in transaction mode. Defaults to the main connection. A
+   * listener that LISTENs but never hears its probe (as through a transaction pooler) is reported
+   * down, with a warning that names this option.
+   */
+  listenConnectionString?: string;
+  schema?: string;
+  /** This process's identity in `lease_owner`; default `host:pid:random`. Must be unique per process. */
+  workerId?: string;
+  migrations?: MigrationMode;
+  /** Defaults for every handler in this process; each handler may override them. */
+  handlerDefaults?: Partial<HandlerOptions>;
+  /** Claim again this often without a wake-up (NOTIFY is only an optimisation). */
+  pollIntervalMs?: number;
+  /** Wake-ups right after a claim that drained the queue share one claim within this window. */
+  wakeCooldownMs?: number;
+  maxPayloadBytes?: number;
+  /** Shutdown releases that give a job's attempt back before they start to count. */
+  maxFreeReleases?: number;
+  reaper?: Partial<ReaperConfig>;
+  scheduler?: Partial<SchedulerConfig>;
+  /** Retention of succeeded jobs; `false` keeps them forever. */
+  pruner?: Partial<PrunerConfig> | false;
+  /** The LISTEN connection's reconnect backoff and its probe (see NOTIFIER_DEFAULTS). */
+  notifier?: Partial<NotifierConfig>;
+  completer?: Partial<CompleterConfig>;
+  /** The pass that hands ordering keys on when a producer held the key's row at completion. */
+  keyHandoffs?: Partial<KeyHandoffsConfig>;
+  /**
+   * Bound of every statement the engine runs, and of every connection its pool opens (default
+   * 10 s): client-side on every statement (a connection that died silently fails it instead of
+   * hanging until the kernel gives up), and as `SET LOCAL statement_timeout` inside the engine's
+   * own transactions. Never a session or start-up setting: those do not survive transaction
+   * pooling. Migrations are not bounded by it.
+   */
+  statementTimeoutMs?: number;
+  logger?: EngineLogger;
+}
+
+/**
+ * The engine's options: one section, built from the sections of the services it configures. The
+ * Nest module validates its own options against this same section (plus the few that are only
+ * its own), so both layers accept the same names, bounds and defaults, and say the same thing
+ * when one is wrong. Internal: not exported from the package.
+ */
+
+export const POLL_INTERVAL_DEFAULT_MS = 2_000;
+export const WAKE_COOLDOWN_DEFAULT_MS = 5;
+export const POOL_SIZE_DEFAULT = 10;
+export const MAX_FREE_RELEASES_DEFAULT = 3;
+
+/** What the engine's constructor works with: every option with a default has its value. */
+export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'handlerDefaults'> &
+  Required<Pick<PgQueueOptions, 'poolSize' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs'>> & {
+    reaper: ReaperConfig;
+    scheduler: SchedulerConfig;
+    pruner: PrunerConfig | false;
+    notifier: NotifierConfig;
+    completer: CompleterConfig;
+    keyHandoffs: KeyHandoffsConfig;
+    handlerDefaults: HandlerOptions;
+  };
+
+export const ENGINE_OPTIONS = section<PgQueueOptions>(
+  'PgQueue',
+  {
+    connectionString: string(),
+    pool: opaque('object'),
+    poolSize: integer(2, 1_000),
+    listenConnectionString: string(),
+    // Its own validator (validateSchemaName) says more than a pattern could.
+    schema: string(),
+    workerId: string(/^[\x21-\x7e]{1,200}$/, 'Use 1-200 printable ASCII characters without spaces, unique per process.'),
+    migrations: oneOf(MIGRATION_MODES),
+    handlerDefaults: nested(HANDLER_OPTIONS),
+    pollIntervalMs: timerMs(10),
+    wakeCooldownMs: integer(0, 10_000),
+    maxPayloadBytes: integer(2, 64 * 1024 * 1024),
+    maxFreeReleases: integer(0),
+    reaper: nested(REAPER_OPTIONS),
+    scheduler: nested(SCHEDULER_OPTIONS),
+    pruner: nested(PRUNER_OPTIONS, true),
+    notifier: nested(NOTIFIER_OPTIONS),
+    completer: nested(COMPLETER_OPTIONS),
+    keyHandoffs: nested(KEY_HANDOFFS_OPTIONS),
+    statementTimeoutMs: timerMs(100),
+    logger: opaque('object'),
+  },
+  {
+    poolSize: POOL_SIZE_DEFAULT,
+    schema: DEFAULT_SCHEMA,
+    migrations: MIGRATION_MODE_DEFAULT,
+    pollIntervalMs: POLL_INTERVAL_DEFAULT_MS,
+    wakeCooldownMs: WAKE_COOLDOWN_DEFAULT_MS,
+    maxPayloadBytes: MAX_PAYLOAD_BYTES_DEFAULT,
+    maxFreeReleases: MAX_FREE_RELEASES_DEFAULT,
+    statementTimeoutMs: STATEMENT_TIMEOUT_DEFAULT_MS,
+  },
+);
