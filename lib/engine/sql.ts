@@ -737,21 +737,47 @@ export function createQueries(schemaName: string): Queries {
     ),
 
     /**
-     * Per-queue figures, each read from its status's partial index (a UNION of per-status scans,
-     * not one scan of the whole table). Ages are by database time. $1 "near expiry" window in ms.
+     * Per-queue figures whose cost follows what is live, never what is retained. Succeeded and
+     * cancelled jobs are history (kept for days, or forever), so they are counted only when they
+     * finished within the last $2 ms: a range of jobs_finished_idx per status, bounded by
+     * throughput x window. (One range per status, `status = 'succeeded'`, not `status IN (…)`:
+     * that IN is the index's own predicate, so the planner drops it as implied and, with no
+     * condition left on the index's first column, walks all of the index, all of the history.)
+     * Everything else comes from partial indexes that hold only live or dead rows: pending from
+     * two (the claimable heads, and the jobs waiting for their ordering key: no index holds both),
+     * each other status from its own. Each part is one row per queue, joined to the declared
+     * queues. Ages are by database time. $1 "near expiry" window in ms, $2 the recent window in ms.
      */
     queueStats: q(
       'queue-stats',
-      `WITH counts AS (
-         SELECT queue_name, 'pending' AS status, count(*) AS n, min(available_at) AS oldest FROM ${jobs} WHERE status = 'pending' GROUP BY 1
+      `WITH parts AS (
+         SELECT queue_name, 'pending' AS status, count(*) AS n, min(available_at) AS oldest FROM ${jobs}
+         WHERE status = 'pending' AND NOT key_waiting GROUP BY 1
          UNION ALL
-         SELECT queue_name, 'scheduled', count(*), min(available_at) FROM ${jobs} WHERE status = 'scheduled' GROUP BY 1
+         SELECT queue_name, 'pending', count(*), min(available_at) FROM ${jobs} WHERE status = 'pending' AND key_waiting GROUP BY 1
          UNION ALL
-         SELECT queue_name, 'running', count(*), min(claimed_at) FROM ${jobs} WHERE status = 'running' GROUP BY 1
+         SELECT queue_name, 'scheduled', count(*), NULL FROM ${jobs} WHERE status = 'scheduled' GROUP BY 1
+         UNION ALL
+         SELECT queue_name, 'running', count(*), NULL FROM ${jobs} WHERE status = 'running' GROUP BY 1
          UNION ALL
          SELECT queue_name, 'dead', count(*), min(finished_at) FROM ${jobs} WHERE status = 'dead' GROUP BY 1
          UNION ALL
-         SELECT queue_name, status::text, count(*), min(finished_at) FROM ${jobs} WHERE status IN ('succeeded', 'cancelled') GROUP BY 1, 2
+         SELECT queue_name, 'succeeded', count(*), NULL FROM ${jobs}
+         WHERE status = 'succeeded' AND finished_at > now() - ${ms('$2::bigint')} GROUP BY 1
+         UNION ALL
+         SELECT queue_name, 'cancelled', count(*), NULL FROM ${jobs}
+         WHERE status = 'cancelled' AND finished_at > now() - ${ms('$2::bigint')} GROUP BY 1
+       ), counts AS (
+         SELECT queue_name,
+                sum(n) FILTER (WHERE status = 'scheduled') AS scheduled,
+                sum(n) FILTER (WHERE status = 'pending') AS pending,
+                sum(n) FILTER (WHERE status = 'running') AS running,
+                sum(n) FILTER (WHERE status = 'dead') AS dead,
+                sum(n) FILTER (WHERE status = 'succeeded') AS recent_succeeded,
+                sum(n) FILTER (WHERE status = 'cancelled') AS recent_cancelled,
+                min(oldest) FILTER (WHERE status = 'pending') AS oldest_pending,
+                min(oldest) FILTER (WHERE status = 'dead') AS oldest_dead
+         FROM parts GROUP BY 1
        ), blocked_keys AS (
          SELECT queue_name, count(DISTINCT ordering_key) AS n FROM ${jobs}
          WHERE status = 'dead' AND ordering_key IS NOT NULL AND NOT key_waiting GROUP BY 1
@@ -760,16 +786,17 @@ export function createQueries(schemaName: string): Queries {
          WHERE status = 'running' AND lease_expires_at < now() + ${ms('$1::bigint')} GROUP BY 1
        )
        SELECT q.name AS queue, q.paused_at,
-              coalesce(jsonb_object_agg(c.status, c.n) FILTER (WHERE c.status IS NOT NULL), '{}') AS counts,
-              (extract(epoch FROM now() - min(c.oldest) FILTER (WHERE c.status = 'pending')) * 1000)::float8 AS oldest_claimable_age_ms,
-              (extract(epoch FROM now() - min(c.oldest) FILTER (WHERE c.status = 'dead')) * 1000)::float8 AS oldest_dead_age_ms,
-              coalesce(max(ne.n), 0)::int AS running_near_expiry,
-              coalesce(max(bk.n), 0)::int AS blocked_keys
+              coalesce(c.scheduled, 0)::int AS scheduled, coalesce(c.pending, 0)::int AS pending,
+              coalesce(c.running, 0)::int AS running, coalesce(c.dead, 0)::int AS dead,
+              coalesce(c.recent_succeeded, 0)::int AS recent_succeeded, coalesce(c.recent_cancelled, 0)::int AS recent_cancelled,
+              (extract(epoch FROM now() - c.oldest_pending) * 1000)::float8 AS oldest_claimable_age_ms,
+              (extract(epoch FROM now() - c.oldest_dead) * 1000)::float8 AS oldest_dead_age_ms,
+              coalesce(ne.n, 0)::int AS running_near_expiry,
+              coalesce(bk.n, 0)::int AS blocked_keys
        FROM ${s}.queues q
          LEFT JOIN counts c ON c.queue_name = q.name
          LEFT JOIN near_expiry ne ON ne.queue_name = q.name
          LEFT JOIN blocked_keys bk ON bk.queue_name = q.name
-       GROUP BY q.name, q.paused_at
        ORDER BY q.name`,
     ),
 
