@@ -9,9 +9,9 @@ export interface Queryable {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<R>>;
 }
 
-/** Runs a named statement; prepared once per connection by its name. */
+/** Runs a named statement; prepared once per connection by its name, or planned per call (QueryText.planPerCall). */
 export async function run<R extends pg.QueryResultRow>(db: Queryable, query: QueryText, values: unknown[]): Promise<R[]> {
-  const result = await db.query<R>({ name: query.name, text: query.text, values });
+  const result = await db.query<R>(query.planPerCall ? { text: query.text, values } : { name: query.name, text: query.text, values });
   return result.rows;
 }
 

@@ -576,7 +576,19 @@ export class PgQueue {
       if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
       after = [match[1]!, match[2]!];
     }
-    const rows = await run<Record<string, never>>(this.pool, this.queries.listDead, [filter.queue ?? null, filter.errorCode ?? null, ...after, limit]);
+    // One statement per filter, each walking its own index (see listDeadPage in sql.ts). A null
+    // filter is no filter, as undefined is.
+    const queue = filter.queue ?? null;
+    const code = filter.errorCode ?? null;
+    const [statement, filters] =
+      queue !== null && code !== null
+        ? [this.queries.listDeadOfQueueWithCode, [queue, code]]
+        : queue !== null
+          ? [this.queries.listDeadOfQueue, [queue]]
+          : code !== null
+            ? [this.queries.listDeadWithCode, [code]]
+            : [this.queries.listDead, []];
+    const rows = await run<Record<string, never>>(this.pool, statement, [...after, limit, ...filters]);
     const jobs: DeadJobSummary[] = rows.map((r) => ({
       id: r.id,
       queue: r.queue_name,
@@ -601,14 +613,17 @@ export class PgQueue {
       throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
     }
     const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
+    // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in sql.ts).
+    const queue = filter.queue ?? null;
+    const [statement, ofQueue] = queue === null ? [this.queries.purgeDead, []] : [this.queries.purgeDeadOfQueue, [queue]];
     let removed = 0;
     for (;;) {
-      const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.purgeDead, [
+      const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, statement, [
         filter.olderThan,
-        filter.queue ?? null,
         batchSize,
         checkedActor(filter.actor),
         boundedNote(filter.reason),
+        ...ofQueue,
       ]);
       removed += row?.removed ?? 0;
       if ((row?.removed ?? 0) < batchSize) return removed;

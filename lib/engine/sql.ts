@@ -91,8 +91,12 @@ export interface Queries {
   readonly cancel: QueryText;
   readonly replay: QueryText;
   readonly listDead: QueryText;
+  readonly listDeadOfQueue: QueryText;
+  readonly listDeadWithCode: QueryText;
+  readonly listDeadOfQueueWithCode: QueryText;
   readonly deleteJob: QueryText;
   readonly purgeDead: QueryText;
+  readonly purgeDeadOfQueue: QueryText;
   readonly pruneSucceeded: QueryText;
   readonly queueStats: QueryText;
   readonly databaseStats: QueryText;
@@ -101,6 +105,13 @@ export interface Queries {
 export interface QueryText {
   readonly name: string;
   readonly text: string;
+  /**
+   * Sent unnamed, so planned for its values on every call, instead of prepared once per
+   * connection: for the few statements whose right index depends on the values, which the
+   * generic plan a prepared statement may switch to after five calls does not know. Only rare
+   * (operator) statements, where a planning per call costs nothing that matters.
+   */
+  readonly planPerCall?: boolean;
 }
 
 export function createQueries(schemaName: string): Queries {
@@ -109,7 +120,83 @@ export function createQueries(schemaName: string): Queries {
   const jobs = `${s}.jobs`;
   const events = `${s}.job_events`;
   const status = `${s}.job_status`;
-  const q = (name: string, text: string): QueryText => ({ name: `pgq:${schema}:${name}`, text });
+  const q = (name: string, text: string, options: { planPerCall?: boolean } = {}): QueryText => ({ name: `pgq:${schema}:${name}`, text, ...options });
+
+  /**
+   * A page of dead jobs, oldest death first, after a keyset cursor ($1 finished_at, $2 id; NULL
+   * for the first page), $3 limit, of the jobs whose `keys` (none, queue_name, last_error_code, or
+   * both) are the parameters from $4. Each page reads about what it returns, however many dead
+   * jobs are kept (test/serial/flat-reads.spec.ts):
+   *
+   * - A statement per filter, each with the partial index of dead jobs that starts with its keys
+   *   and goes on with (finished_at, id): jobs_dead_age_idx, jobs_dead_idx (queue),
+   *   jobs_dead_code_idx (code), jobs_dead_queue_code_idx (both). One statement with
+   *   `($4 IS NULL OR queue_name = $4)` has no index condition once it is planned generically:
+   *   every page sorted every dead job.
+   * - The keys bound a range rather than being equalities, `(keys, finished_at, id) > ($4…,
+   *   cursor) AND (keys) <= ($4…)`, ordered by all of them: only the index that starts with the
+   *   keys returns that order. With `queue_name = $4`, every index ending in (finished_at, id)
+   *   does, and the planner, by its estimates, walked jobs_dead_age_idx filtering by queue: the
+   *   first page of a queue whose jobs died last read every older dead job.
+   * - Planned per call (planPerCall): a generic plan knows nothing of the keys' frequencies, and
+   *   chose jobs_dead_idx and an incremental sort of the queue's every dead job for queue + code.
+   *
+   * The cursor starts the walk (a row comparison); the first page starts after -infinity (a dead
+   * job always has its finished_at).
+   */
+  const listDeadPage = (name: string, keys: readonly ('queue_name' | 'last_error_code')[]): QueryText => {
+    const columns = keys.map((key) => `j.${key}`);
+    const values = keys.map((_, i) => `$${i + 4}`);
+    const order = [...columns, 'j.finished_at', 'j.id'].join(', ');
+    const after = [...values, `coalesce($1::timestamptz, '-infinity')`, 'coalesce($2::bigint, 0)'].join(', ');
+    return q(
+      name,
+      `SELECT id::text AS id, queue_name, priority, attempt_count, max_attempts, last_error_code, last_error_message,
+              created_at, finished_at, lease_token::text AS lease_token,
+              -- The cursor keeps the full microsecond precision a JS Date would lose.
+              finished_at::text || '|' || id AS cursor
+       FROM ${jobs} j
+       WHERE j.status = 'dead' AND (${order}) > (${after})
+         ${keys.length > 0 ? `AND (${columns.join(', ')}) <= (${values.join(', ')})` : ''}
+       -- j.id, not id: a bare name in ORDER BY means the output column (id::text), whose order
+       -- ('10' < '9') is not the cursor's bigint order, so pages would skip and repeat jobs that
+       -- died together (one reaper batch shares its finished_at).
+       ORDER BY ${order}
+       LIMIT $3`,
+      { planPerCall: true },
+    );
+  };
+
+  /**
+   * An explicit purge of dead jobs that died before $1, of all queues or (`ofQueue`) of queue $5,
+   * one bounded batch ($2), oldest first, recorded in purges with the ids it removed. Never run by
+   * a timer. $3 actor, $4 reason. A statement per case, written and planned as listDeadPage is
+   * and for the same reasons: the batch is the head of jobs_dead_age_idx, or of jobs_dead_idx for
+   * a queue (a range, `queue_name >= $5 AND (queue_name, finished_at) < ($5, $1)`, in the index's
+   * order). Its rows are deleted by ctid: the batch holds their row locks, so nothing can move them
+   * before the delete, and a batch costs the same however large the table (a join may hash the
+   * whole table; a probe of the primary key per row costs a level more per row as the table grows).
+   */
+  const purgeDeadBatch = (name: string, ofQueue: boolean): QueryText =>
+    q(
+      name,
+      `WITH doomed AS (
+         SELECT ctid FROM ${jobs}
+         WHERE status = 'dead'
+           AND ${ofQueue ? 'queue_name >= $5 AND (queue_name, finished_at) < ($5, $1)' : 'finished_at < $1'}
+         ORDER BY ${ofQueue ? 'queue_name, ' : ''}finished_at, id
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+       ), removed AS (
+         DELETE FROM ${jobs} AS j WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM doomed)) RETURNING j.id, j.queue_name, j.ordering_key
+       ), ${releaseKeys(`${s}.ordering_keys`, 'removed')}, logged AS (
+         INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
+         SELECT $3, $4, 'dead', ${ofQueue ? '$5' : 'NULL'}, $1, count(*), array_agg(id ORDER BY id) FROM removed HAVING count(*) > 0
+         RETURNING removed
+       )
+       SELECT coalesce((SELECT removed FROM logged), 0)::int AS removed, ${RELEASED_KEYS_COLUMNS}`,
+      { planPerCall: true },
+    );
 
   return {
     schema,
@@ -654,27 +741,11 @@ export function createQueries(schemaName: string): Queries {
        ORDER BY i.id`,
     ),
 
-    /**
-     * Dead jobs, oldest death first, optionally of one queue and error code, after a keyset
-     * cursor ($3 finished_at, $4 id). $5 limit.
-     */
-    listDead: q(
-      'list-dead',
-      `SELECT id::text AS id, queue_name, priority, attempt_count, max_attempts, last_error_code, last_error_message,
-              created_at, finished_at, lease_token::text AS lease_token,
-              -- The cursor keeps the full microsecond precision a JS Date would lose.
-              finished_at::text || '|' || id AS cursor
-       FROM ${jobs} j
-       WHERE status = 'dead'
-         AND ($1::text IS NULL OR queue_name = $1)
-         AND ($2::text IS NULL OR last_error_code = $2)
-         AND ($3::timestamptz IS NULL OR (finished_at, id) > ($3::timestamptz, $4::bigint))
-       -- j.id, not id: a bare name in ORDER BY means the output column (id::text), whose order
-       -- ('10' < '9') is not the cursor's bigint order, so pages would skip and repeat jobs that
-       -- died together (one reaper batch shares its finished_at).
-       ORDER BY j.finished_at, j.id
-       LIMIT $5`,
-    ),
+    // Dead jobs, oldest death first, a page at a time: one statement per filter (see listDeadPage).
+    listDead: listDeadPage('list-dead', []),
+    listDeadOfQueue: listDeadPage('list-dead-of-queue', ['queue_name']),
+    listDeadWithCode: listDeadPage('list-dead-with-code', ['last_error_code']),
+    listDeadOfQueueWithCode: listDeadPage('list-dead-of-queue-with-code', ['queue_name', 'last_error_code']),
 
     /**
      * Deletes one finished job on an operator's explicit request, and records that it did.
@@ -695,28 +766,9 @@ export function createQueries(schemaName: string): Queries {
               (SELECT status::text FROM ${jobs} WHERE id = $1) AS status, ${RELEASED_KEYS_COLUMNS}`,
     ),
 
-    /**
-     * An explicit purge of dead jobs that died before $1 (of queue $2, or all), one bounded batch
-     * ($3), recorded in purges with the ids it removed. Never run by a timer.
-     * $4 actor, $5 reason.
-     */
-    purgeDead: q(
-      'purge-dead',
-      `WITH doomed AS (
-         SELECT id FROM ${jobs}
-         WHERE status = 'dead' AND finished_at < $1 AND ($2::text IS NULL OR queue_name = $2)
-         ORDER BY finished_at, id
-         LIMIT $3
-         FOR UPDATE SKIP LOCKED
-       ), removed AS (
-         DELETE FROM ${jobs} AS j USING doomed d WHERE j.id = d.id RETURNING j.id, j.queue_name, j.ordering_key
-       ), ${releaseKeys(`${s}.ordering_keys`, 'removed')}, logged AS (
-         INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
-         SELECT $4, $5, 'dead', $2, $1, count(*), array_agg(id ORDER BY id) FROM removed HAVING count(*) > 0
-         RETURNING removed
-       )
-       SELECT coalesce((SELECT removed FROM logged), 0)::int AS removed, ${RELEASED_KEYS_COLUMNS}`,
-    ),
+    // An explicit purge of dead jobs, a bounded batch at a time (see purgeDeadBatch).
+    purgeDead: purgeDeadBatch('purge-dead', false),
+    purgeDeadOfQueue: purgeDeadBatch('purge-dead-of-queue', true),
 
     /**
      * Retention: deletes succeeded jobs that finished more than $1 ms ago, oldest first, one
