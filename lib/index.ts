@@ -54,5 +54,8 @@ export {
   type DeadJobSummary,
   type EngineStats,
   type QueueStats,
+  type QueueCounts,
+  type LiveJobStatus,
+  type FinishedJobStatus,
   type JobEvent,
 } from './engine/index.js';

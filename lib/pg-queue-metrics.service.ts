@@ -12,8 +12,10 @@ import { PG_QUEUE_ENGINE, PROMETHEUS_CONTENT_TYPE } from './pg-queue.constants.j
  *
  * Counters and histograms are this process's (claims, retries by code and attempt, lost fences,
  * lease expirations its reaper recovered, latencies); gauges are read from the database on each
- * scrape (jobs per status, age of the oldest claimable and dead job, running jobs near lease
- * expiry) and so are the whole queue's: aggregate them with `max`, not `sum`, across processes.
+ * scrape (jobs per live status, jobs finished within the last minute, age of the oldest
+ * claimable and dead job, running jobs near lease expiry) and so are the whole queue's:
+ * aggregate them with `max`, not `sum`, across processes. A scrape never counts the retained
+ * history, so it costs the same however much of it is kept.
  * The same counters and histograms are published through `@opentelemetry/api` (a no-op until the
  * application installs an SDK).
  *

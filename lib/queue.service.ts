@@ -162,10 +162,13 @@ export class QueueService {
   }
 
   /**
-   * A snapshot for dashboards and alerts: per queue, jobs per status, the age of the oldest
-   * claimable and of the oldest dead job, running jobs near lease expiry, ordering keys blocked by
-   * a dead job, paused or not, and this process's busy slots; the listener, the pool and the
-   * database's connections and lock waits. Counts come from the database (every process's jobs).
+   * A snapshot for dashboards and alerts: per queue, jobs per live status (scheduled, pending,
+   * running, dead) and those that finished (succeeded, cancelled) within `recentWindowMs`
+   * (default 60 s), the age of the oldest claimable and of the oldest dead job, running jobs near
+   * lease expiry, ordering keys blocked by a dead job, paused or not, and this process's busy
+   * slots; the listener, the pool and the database's connections and lock waits. Counts come from
+   * the database (every process's jobs); retained history is never counted, so the read costs the
+   * same however much of it is kept.
    */
   stats(options: StatsOptions = {}): Promise<EngineStats> {
     return this.engine.stats(options);

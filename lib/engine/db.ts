@@ -11,12 +11,16 @@ export interface Queryable {
 }
 
 /**
- * Runs a named statement; prepared once per connection by its name. The statement carries its
- * client-side timeout (`query_timeout`, see createQueries): a statement on a connection that died
- * silently fails after it instead of waiting for the kernel to give up (~15 minutes).
+ * Runs a named statement: prepared once per connection by its name, or planned per call
+ * (QueryText.planPerCall). The statement carries its client-side timeout (`query_timeout`, see
+ * createQueries): a statement on a connection that died silently fails after it instead of
+ * waiting for the kernel to give up (~15 minutes).
  */
 export async function run<R extends pg.QueryResultRow>(db: Queryable, query: QueryText, values: unknown[]): Promise<R[]> {
-  const result = await db.query<R>({ ...query, values } as pg.QueryConfig);
+  const { name, text, query_timeout } = query;
+  // pg reads query_timeout from the config; its types do not declare it.
+  const config: pg.QueryConfig & { query_timeout: number } = query.planPerCall ? { text, values, query_timeout } : { name, text, values, query_timeout };
+  const result = await db.query<R>(config);
   return result.rows;
 }
 

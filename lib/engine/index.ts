@@ -12,9 +12,10 @@ export {
   type DeadJobPage,
   type DeadJobSummary,
   type QueueStats,
+  type QueueCounts,
   type EngineStats,
 } from './pg-queue.js';
-export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, AbortCode, CompleteOptions } from './types.js';
+export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, LiveJobStatus, FinishedJobStatus, AbortCode, CompleteOptions } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES, type EffectOptions, type Reconciliation } from './effects.js';
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
 export type { Queryable } from './db.js';

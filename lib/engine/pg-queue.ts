@@ -20,7 +20,7 @@ import { Reaper } from './reaper.js';
 import { Scheduler } from './scheduler.js';
 import { settlesWithin } from './service.js';
 import { createQueries, type Queries } from './sql.js';
-import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
+import type { FinishedJobStatus, HandlerOptions, JobHandlerFn, JobStatus, LiveJobStatus } from './types.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
 export interface StartOptions {
@@ -67,12 +67,21 @@ export interface DeadJobSummary {
   finishedAt: Date;
 }
 
+/** What `stats()` counts per queue: live statuses exactly, history over a recent window. */
+export type QueueCounts = Record<LiveJobStatus, number> & {
+  /**
+   * Jobs that finished within the last `EngineStats.recentWindowMs`, per status: throughput, not
+   * retention (what is kept longer is never counted, so the read does not grow with it).
+   */
+  recent: Record<FinishedJobStatus, number>;
+};
+
 export interface QueueStats {
   queue: string;
   paused: boolean;
   pausedAt: Date | null;
-  /** Jobs per status (statuses with none are absent). */
-  counts: Partial<Record<JobStatus, number>>;
+  /** Jobs per live status, exactly (0 when none), and the recently finished ones. */
+  counts: QueueCounts;
   /** Age of the oldest claimable (pending) job: alert on this, not on counts. */
   oldestClaimableAgeMs: number | null;
   oldestDeadAgeMs: number | null;
@@ -86,6 +95,8 @@ export interface QueueStats {
 
 export interface EngineStats {
   at: Date;
+  /** The window of `counts.recent`, in ms (the `recentWindowMs` option of `stats()`). */
+  recentWindowMs: number;
   queues: QueueStats[];
   /**
    * The LISTEN connection. `listening` only once it has heard its own probe NOTIFY (sent through
@@ -158,6 +169,10 @@ const CANCEL_TOPIC = '*cancel';
 /** Replays and purges work in bounded batches of at most this many jobs per call. */
 export const OPERATOR_BATCH_MAX = 1_000;
 const NEAR_EXPIRY_MS_DEFAULT = 5_000;
+/** The window of `stats()`'s recently finished counts: its cost is throughput × window. */
+const RECENT_WINDOW_MS_DEFAULT = 60_000;
+/** At most a day: the window is read on every call, so it must stay a window, not the history. */
+const RECENT_WINDOW_MS_MAX = 86_400_000;
 
 /**
  * The framework-free queue: enqueue, handlers, and the services that keep the state machine
@@ -549,7 +564,19 @@ export class PgQueue {
       if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
       after = [match[1]!, match[2]!];
     }
-    const rows = await run<Record<string, never>>(this.pool, this.queries.listDead, [filter.queue ?? null, filter.errorCode ?? null, ...after, limit]);
+    // One statement per filter, each walking its own index (see listDeadPage in sql.ts). A null
+    // filter is no filter, as undefined is.
+    const queue = filter.queue ?? null;
+    const code = filter.errorCode ?? null;
+    const [statement, filters] =
+      queue !== null && code !== null
+        ? [this.queries.listDeadOfQueueWithCode, [queue, code]]
+        : queue !== null
+          ? [this.queries.listDeadOfQueue, [queue]]
+          : code !== null
+            ? [this.queries.listDeadWithCode, [code]]
+            : [this.queries.listDead, []];
+    const rows = await run<Record<string, never>>(this.pool, statement, [...after, limit, ...filters]);
     const jobs: DeadJobSummary[] = rows.map((r) => ({
       id: r.id,
       queue: r.queue_name,
@@ -574,36 +601,51 @@ export class PgQueue {
       throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
     }
     const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
+    // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in sql.ts).
+    const queue = filter.queue ?? null;
+    const [statement, ofQueue] = queue === null ? [this.queries.purgeDead, []] : [this.queries.purgeDeadOfQueue, [queue]];
     let removed = 0;
     for (;;) {
-      const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.purgeDead, [
+      const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, statement, [
         filter.olderThan,
-        filter.queue ?? null,
         batchSize,
         checkedActor(filter.actor),
         boundedNote(filter.reason),
+        ...ofQueue,
       ], this.keysDeferred);
       removed += row?.removed ?? 0;
       if ((row?.removed ?? 0) < batchSize) return removed;
     }
   }
 
-  /** A snapshot for dashboards, alerts and `/metrics`, read from the database and this process. */
-  async stats(options: { nearExpiryMs?: number } = {}): Promise<EngineStats> {
+  /**
+   * A snapshot for dashboards, alerts and `/metrics`, read from the database and this process.
+   * Its cost follows live work (and dead jobs), never retained history: succeeded and cancelled
+   * jobs are counted only when they finished within `recentWindowMs` (default 60 s, at most a day).
+   */
+  async stats(options: { nearExpiryMs?: number; recentWindowMs?: number } = {}): Promise<EngineStats> {
     const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
+    const recentWindowMs = requireInteger('recentWindowMs', options.recentWindowMs ?? RECENT_WINDOW_MS_DEFAULT, 1, RECENT_WINDOW_MS_MAX);
     const [queues, [database]] = await Promise.all([
-      run<Record<string, never>>(this.pool, this.queries.queueStats, [nearExpiryMs]),
+      run<Record<string, never>>(this.pool, this.queries.queueStats, [nearExpiryMs, recentWindowMs]),
       run<{ connections: number; lock_waits: number }>(this.pool, this.queries.databaseStats, []),
     ]);
     return {
       at: new Date(),
+      recentWindowMs,
       queues: queues.map((q) => {
         const worker = this.workers.get(q.queue);
         return {
           queue: q.queue,
           paused: q.paused_at !== null,
           pausedAt: q.paused_at,
-          counts: Object.fromEntries(Object.entries(q.counts as Record<string, string | number>).map(([k, v]) => [k, Number(v)])),
+          counts: {
+            scheduled: q.scheduled,
+            pending: q.pending,
+            running: q.running,
+            dead: q.dead,
+            recent: { succeeded: q.recent_succeeded, cancelled: q.recent_cancelled },
+          },
           oldestClaimableAgeMs: q.oldest_claimable_age_ms,
           oldestDeadAgeMs: q.oldest_dead_age_ms,
           runningNearExpiry: q.running_near_expiry,

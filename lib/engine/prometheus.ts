@@ -1,8 +1,9 @@
 import { HISTOGRAM_BUCKETS_MS, type EngineMetrics, type Labels } from './metrics.js';
 import type { EngineStats } from './pg-queue.js';
-import type { JobStatus } from './types.js';
+import type { FinishedJobStatus, LiveJobStatus } from './types.js';
 
-const JOB_STATUSES: readonly JobStatus[] = ['scheduled', 'pending', 'running', 'succeeded', 'dead', 'cancelled'];
+const LIVE_JOB_STATUSES: readonly LiveJobStatus[] = ['scheduled', 'pending', 'running', 'dead'];
+const FINISHED_JOB_STATUSES: readonly FinishedJobStatus[] = ['succeeded', 'cancelled'];
 
 /**
  * The Prometheus text exposition of a process's counters and histograms plus a database
@@ -35,9 +36,19 @@ export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats): st
     }
   }
 
-  family('pgqueue_jobs', 'gauge', 'Jobs per queue and status, from the database.');
   // Every status of every declared queue, zeros included: a series that vanishes is not a zero.
-  for (const q of stats.queues) for (const status of JOB_STATUSES) sample('pgqueue_jobs', { queue: q.queue, status }, q.counts[status] ?? 0);
+  // Succeeded and cancelled jobs are history, not a state to watch: counting them would make every
+  // scrape read everything retained, so they are counted over a recent window only.
+  family('pgqueue_jobs', 'gauge', 'Jobs per queue and live status (scheduled, pending, running, dead), from the database.');
+  for (const q of stats.queues) for (const status of LIVE_JOB_STATUSES) sample('pgqueue_jobs', { queue: q.queue, status }, q.counts[status]);
+  family(
+    'pgqueue_jobs_finished_recent',
+    'gauge',
+    `Jobs per queue that finished (succeeded, cancelled) within the last ${formatValue(stats.recentWindowMs / 1_000)} s, from the database.`,
+  );
+  for (const q of stats.queues) {
+    for (const status of FINISHED_JOB_STATUSES) sample('pgqueue_jobs_finished_recent', { queue: q.queue, status }, q.counts.recent[status]);
+  }
   family('pgqueue_oldest_claimable_age_seconds', 'gauge', 'Age of the oldest job that is due and unclaimed: alert on this.');
   for (const q of stats.queues) sample('pgqueue_oldest_claimable_age_seconds', { queue: q.queue }, (q.oldestClaimableAgeMs ?? 0) / 1_000);
   family('pgqueue_oldest_dead_age_seconds', 'gauge', 'Age of the oldest unresolved dead job.');

@@ -150,8 +150,12 @@ export interface Queries {
   readonly cancel: QueryText;
   readonly replay: QueryText;
   readonly listDead: QueryText;
+  readonly listDeadOfQueue: QueryText;
+  readonly listDeadWithCode: QueryText;
+  readonly listDeadOfQueueWithCode: QueryText;
   readonly deleteJob: QueryText;
   readonly purgeDead: QueryText;
+  readonly purgeDeadOfQueue: QueryText;
   readonly pruneSucceeded: QueryText;
   readonly queueStats: QueryText;
   readonly databaseStats: QueryText;
@@ -163,6 +167,13 @@ export interface QueryText {
   readonly text: string;
   /** Client-side bound of the statement (pg's per-query `query_timeout`), in ms. */
   readonly query_timeout: number;
+  /**
+   * Sent unnamed, so planned for its values on every call, instead of prepared once per
+   * connection: for the few statements whose right index depends on the values, which the
+   * generic plan a prepared statement may switch to after five calls does not know. Only rare
+   * (operator) statements, where a planning per call costs nothing that matters.
+   */
+  readonly planPerCall?: boolean;
 }
 
 export interface QueryOptions {
@@ -185,7 +196,83 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
   const events = `${s}.job_events`;
   const status = `${s}.job_status`;
   const query_timeout = options.statementTimeoutMs + CLIENT_TIMEOUT_SLACK_MS;
-  const q = (name: string, text: string): QueryText => ({ name: `pgq:${schema}:${name}`, text, query_timeout });
+  const q = (name: string, text: string, extra: { planPerCall?: boolean } = {}): QueryText => ({ name: `pgq:${schema}:${name}`, text, query_timeout, ...extra });
+
+  /**
+   * A page of dead jobs, oldest death first, after a keyset cursor ($1 finished_at, $2 id; NULL
+   * for the first page), $3 limit, of the jobs whose `keys` (none, queue_name, last_error_code, or
+   * both) are the parameters from $4. Each page reads about what it returns, however many dead
+   * jobs are kept (test/serial/flat-reads.spec.ts):
+   *
+   * - A statement per filter, each with the partial index of dead jobs that starts with its keys
+   *   and goes on with (finished_at, id): jobs_dead_age_idx, jobs_dead_idx (queue),
+   *   jobs_dead_code_idx (code), jobs_dead_queue_code_idx (both). One statement with
+   *   `($4 IS NULL OR queue_name = $4)` has no index condition once it is planned generically:
+   *   every page sorted every dead job.
+   * - The keys bound a range rather than being equalities, `(keys, finished_at, id) > ($4…,
+   *   cursor) AND (keys) <= ($4…)`, ordered by all of them: only the index that starts with the
+   *   keys returns that order. With `queue_name = $4`, every index ending in (finished_at, id)
+   *   does, and the planner, by its estimates, walked jobs_dead_age_idx filtering by queue: the
+   *   first page of a queue whose jobs died last read every older dead job.
+   * - Planned per call (planPerCall): a generic plan knows nothing of the keys' frequencies, and
+   *   chose jobs_dead_idx and an incremental sort of the queue's every dead job for queue + code.
+   *
+   * The cursor starts the walk (a row comparison); the first page starts after -infinity (a dead
+   * job always has its finished_at).
+   */
+  const listDeadPage = (name: string, keys: readonly ('queue_name' | 'last_error_code')[]): QueryText => {
+    const columns = keys.map((key) => `j.${key}`);
+    const values = keys.map((_, i) => `$${i + 4}`);
+    const order = [...columns, 'j.finished_at', 'j.id'].join(', ');
+    const after = [...values, `coalesce($1::timestamptz, '-infinity')`, 'coalesce($2::bigint, 0)'].join(', ');
+    return q(
+      name,
+      `SELECT id::text AS id, queue_name, priority, attempt_count, max_attempts, last_error_code, last_error_message,
+              created_at, finished_at, lease_token::text AS lease_token,
+              -- The cursor keeps the full microsecond precision a JS Date would lose.
+              finished_at::text || '|' || id AS cursor
+       FROM ${jobs} j
+       WHERE j.status = 'dead' AND (${order}) > (${after})
+         ${keys.length > 0 ? `AND (${columns.join(', ')}) <= (${values.join(', ')})` : ''}
+       -- j.id, not id: a bare name in ORDER BY means the output column (id::text), whose order
+       -- ('10' < '9') is not the cursor's bigint order, so pages would skip and repeat jobs that
+       -- died together (one reaper batch shares its finished_at).
+       ORDER BY ${order}
+       LIMIT $3`,
+      { planPerCall: true },
+    );
+  };
+
+  /**
+   * An explicit purge of dead jobs that died before $1, of all queues or (`ofQueue`) of queue $5,
+   * one bounded batch ($2), oldest first, recorded in purges with the ids it removed. Never run by
+   * a timer. $3 actor, $4 reason. A statement per case, written and planned as listDeadPage is
+   * and for the same reasons: the batch is the head of jobs_dead_age_idx, or of jobs_dead_idx for
+   * a queue (a range, `queue_name >= $5 AND (queue_name, finished_at) < ($5, $1)`, in the index's
+   * order). Its rows are deleted by ctid: the batch holds their row locks, so nothing can move them
+   * before the delete, and a batch costs the same however large the table (a join may hash the
+   * whole table; a probe of the primary key per row costs a level more per row as the table grows).
+   */
+  const purgeDeadBatch = (name: string, ofQueue: boolean): QueryText =>
+    q(
+      name,
+      `WITH doomed AS (
+         SELECT ctid FROM ${jobs}
+         WHERE status = 'dead'
+           AND ${ofQueue ? 'queue_name >= $5 AND (queue_name, finished_at) < ($5, $1)' : 'finished_at < $1'}
+         ORDER BY ${ofQueue ? 'queue_name, ' : ''}finished_at, id
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+       ), removed AS (
+         DELETE FROM ${jobs} AS j WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM doomed)) RETURNING j.id, j.queue_name, j.ordering_key
+       ), ${releaseKeys(s, keysOf('removed'))}, logged AS (
+         INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
+         SELECT $3, $4, 'dead', ${ofQueue ? '$5' : 'NULL'}, $1, count(*), array_agg(id ORDER BY id) FROM removed HAVING count(*) > 0
+         RETURNING removed
+       )
+       SELECT coalesce((SELECT removed FROM logged), 0)::int AS removed, ${RELEASED_KEYS_COLUMNS}`,
+      { planPerCall: true },
+    );
 
   return {
     schema,
@@ -902,27 +989,11 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
        ORDER BY i.id`,
     ),
 
-    /**
-     * Dead jobs, oldest death first, optionally of one queue and error code, after a keyset
-     * cursor ($3 finished_at, $4 id). $5 limit.
-     */
-    listDead: q(
-      'list-dead',
-      `SELECT id::text AS id, queue_name, priority, attempt_count, max_attempts, last_error_code, last_error_message,
-              created_at, finished_at, lease_token::text AS lease_token,
-              -- The cursor keeps the full microsecond precision a JS Date would lose.
-              finished_at::text || '|' || id AS cursor
-       FROM ${jobs} j
-       WHERE status = 'dead'
-         AND ($1::text IS NULL OR queue_name = $1)
-         AND ($2::text IS NULL OR last_error_code = $2)
-         AND ($3::timestamptz IS NULL OR (finished_at, id) > ($3::timestamptz, $4::bigint))
-       -- j.id, not id: a bare name in ORDER BY means the output column (id::text), whose order
-       -- ('10' < '9') is not the cursor's bigint order, so pages would skip and repeat jobs that
-       -- died together (one reaper batch shares its finished_at).
-       ORDER BY j.finished_at, j.id
-       LIMIT $5`,
-    ),
+    // Dead jobs, oldest death first, a page at a time: one statement per filter (see listDeadPage).
+    listDead: listDeadPage('list-dead', []),
+    listDeadOfQueue: listDeadPage('list-dead-of-queue', ['queue_name']),
+    listDeadWithCode: listDeadPage('list-dead-with-code', ['last_error_code']),
+    listDeadOfQueueWithCode: listDeadPage('list-dead-of-queue-with-code', ['queue_name', 'last_error_code']),
 
     /**
      * Deletes one finished job on an operator's explicit request, and records that it did.
@@ -944,28 +1015,9 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
               (SELECT status::text FROM ${jobs} WHERE id = $1) AS status, ${RELEASED_KEYS_COLUMNS}`,
     ),
 
-    /**
-     * An explicit purge of dead jobs that died before $1 (of queue $2, or all), one bounded batch
-     * ($3), recorded in purges with the ids it removed. Never run by a timer.
-     * $4 actor, $5 reason.
-     */
-    purgeDead: q(
-      'purge-dead',
-      `WITH doomed AS (
-         SELECT id FROM ${jobs}
-         WHERE status = 'dead' AND finished_at < $1 AND ($2::text IS NULL OR queue_name = $2)
-         ORDER BY finished_at, id
-         LIMIT $3
-         FOR UPDATE SKIP LOCKED
-       ), removed AS (
-         DELETE FROM ${jobs} AS j USING doomed d WHERE j.id = d.id RETURNING j.id, j.queue_name, j.ordering_key
-       ), ${releaseKeys(s, keysOf('removed'))}, logged AS (
-         INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
-         SELECT $4, $5, 'dead', $2, $1, count(*), array_agg(id ORDER BY id) FROM removed HAVING count(*) > 0
-         RETURNING removed
-       )
-       SELECT coalesce((SELECT removed FROM logged), 0)::int AS removed, ${RELEASED_KEYS_COLUMNS}`,
-    ),
+    // An explicit purge of dead jobs, a bounded batch at a time (see purgeDeadBatch).
+    purgeDead: purgeDeadBatch('purge-dead', false),
+    purgeDeadOfQueue: purgeDeadBatch('purge-dead-of-queue', true),
 
     /**
      * Retention: deletes succeeded jobs that finished more than $1 ms ago, oldest first, one
@@ -986,21 +1038,47 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
     ),
 
     /**
-     * Per-queue figures, each read from its status's partial index (a UNION of per-status scans,
-     * not one scan of the whole table). Ages are by database time. $1 "near expiry" window in ms.
+     * Per-queue figures whose cost follows what is live, never what is retained. Succeeded and
+     * cancelled jobs are history (kept for days, or forever), so they are counted only when they
+     * finished within the last $2 ms: a range of jobs_finished_idx per status, bounded by
+     * throughput x window. (One range per status, `status = 'succeeded'`, not `status IN (…)`:
+     * that IN is the index's own predicate, so the planner drops it as implied and, with no
+     * condition left on the index's first column, walks all of the index, all of the history.)
+     * Everything else comes from partial indexes that hold only live or dead rows: pending from
+     * two (the claimable heads, and the jobs waiting for their ordering key: no index holds both),
+     * each other status from its own. Each part is one row per queue, joined to the declared
+     * queues. Ages are by database time. $1 "near expiry" window in ms, $2 the recent window in ms.
      */
     queueStats: q(
       'queue-stats',
-      `WITH counts AS (
-         SELECT queue_name, 'pending' AS status, count(*) AS n, min(available_at) AS oldest FROM ${jobs} WHERE status = 'pending' GROUP BY 1
+      `WITH parts AS (
+         SELECT queue_name, 'pending' AS status, count(*) AS n, min(available_at) AS oldest FROM ${jobs}
+         WHERE status = 'pending' AND NOT key_waiting GROUP BY 1
          UNION ALL
-         SELECT queue_name, 'scheduled', count(*), min(available_at) FROM ${jobs} WHERE status = 'scheduled' GROUP BY 1
+         SELECT queue_name, 'pending', count(*), min(available_at) FROM ${jobs} WHERE status = 'pending' AND key_waiting GROUP BY 1
          UNION ALL
-         SELECT queue_name, 'running', count(*), min(claimed_at) FROM ${jobs} WHERE status = 'running' GROUP BY 1
+         SELECT queue_name, 'scheduled', count(*), NULL FROM ${jobs} WHERE status = 'scheduled' GROUP BY 1
+         UNION ALL
+         SELECT queue_name, 'running', count(*), NULL FROM ${jobs} WHERE status = 'running' GROUP BY 1
          UNION ALL
          SELECT queue_name, 'dead', count(*), min(finished_at) FROM ${jobs} WHERE status = 'dead' GROUP BY 1
          UNION ALL
-         SELECT queue_name, status::text, count(*), min(finished_at) FROM ${jobs} WHERE status IN ('succeeded', 'cancelled') GROUP BY 1, 2
+         SELECT queue_name, 'succeeded', count(*), NULL FROM ${jobs}
+         WHERE status = 'succeeded' AND finished_at > now() - ${ms('$2::bigint')} GROUP BY 1
+         UNION ALL
+         SELECT queue_name, 'cancelled', count(*), NULL FROM ${jobs}
+         WHERE status = 'cancelled' AND finished_at > now() - ${ms('$2::bigint')} GROUP BY 1
+       ), counts AS (
+         SELECT queue_name,
+                sum(n) FILTER (WHERE status = 'scheduled') AS scheduled,
+                sum(n) FILTER (WHERE status = 'pending') AS pending,
+                sum(n) FILTER (WHERE status = 'running') AS running,
+                sum(n) FILTER (WHERE status = 'dead') AS dead,
+                sum(n) FILTER (WHERE status = 'succeeded') AS recent_succeeded,
+                sum(n) FILTER (WHERE status = 'cancelled') AS recent_cancelled,
+                min(oldest) FILTER (WHERE status = 'pending') AS oldest_pending,
+                min(oldest) FILTER (WHERE status = 'dead') AS oldest_dead
+         FROM parts GROUP BY 1
        ), blocked_keys AS (
          SELECT queue_name, count(DISTINCT ordering_key) AS n FROM ${jobs}
          WHERE status = 'dead' AND ordering_key IS NOT NULL AND NOT key_waiting GROUP BY 1
@@ -1009,16 +1087,17 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
          WHERE status = 'running' AND lease_expires_at < now() + ${ms('$1::bigint')} GROUP BY 1
        )
        SELECT q.name AS queue, q.paused_at,
-              coalesce(jsonb_object_agg(c.status, c.n) FILTER (WHERE c.status IS NOT NULL), '{}') AS counts,
-              (extract(epoch FROM now() - min(c.oldest) FILTER (WHERE c.status = 'pending')) * 1000)::float8 AS oldest_claimable_age_ms,
-              (extract(epoch FROM now() - min(c.oldest) FILTER (WHERE c.status = 'dead')) * 1000)::float8 AS oldest_dead_age_ms,
-              coalesce(max(ne.n), 0)::int AS running_near_expiry,
-              coalesce(max(bk.n), 0)::int AS blocked_keys
+              coalesce(c.scheduled, 0)::int AS scheduled, coalesce(c.pending, 0)::int AS pending,
+              coalesce(c.running, 0)::int AS running, coalesce(c.dead, 0)::int AS dead,
+              coalesce(c.recent_succeeded, 0)::int AS recent_succeeded, coalesce(c.recent_cancelled, 0)::int AS recent_cancelled,
+              (extract(epoch FROM now() - c.oldest_pending) * 1000)::float8 AS oldest_claimable_age_ms,
+              (extract(epoch FROM now() - c.oldest_dead) * 1000)::float8 AS oldest_dead_age_ms,
+              coalesce(ne.n, 0)::int AS running_near_expiry,
+              coalesce(bk.n, 0)::int AS blocked_keys
        FROM ${s}.queues q
          LEFT JOIN counts c ON c.queue_name = q.name
          LEFT JOIN near_expiry ne ON ne.queue_name = q.name
          LEFT JOIN blocked_keys bk ON bk.queue_name = q.name
-       GROUP BY q.name, q.paused_at
        ORDER BY q.name`,
     ),
 

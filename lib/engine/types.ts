@@ -5,6 +5,15 @@ import type { FenceLossReason } from './errors.js';
 /** States of a job. `scheduled` is pending work that is not due yet. */
 export type JobStatus = 'scheduled' | 'pending' | 'running' | 'succeeded' | 'dead' | 'cancelled';
 
+/**
+ * The statuses `stats()` counts exactly: work not finished yet, and dead jobs (an unresolved
+ * operational state, not history).
+ */
+export type LiveJobStatus = Exclude<JobStatus, FinishedJobStatus>;
+
+/** Finished jobs that are history (kept for retention, or forever): counted only over a recent window. */
+export type FinishedJobStatus = 'succeeded' | 'cancelled';
+
 /** What a handler receives: one claimed attempt of a job. */
 export interface Job<T = unknown> {
   /** PostgreSQL `bigint`, as a string. */

@@ -74,7 +74,12 @@ test('the Prometheus exposition carries counters, histograms and the database sn
   expect(text).toMatch(/^pgqueue_jobs_succeeded_total\{queue="measured"\} 1$/m);
   expect(text).toMatch(/^pgqueue_claim_wait_ms_count\{queue="measured"\} 2$/m);
   expect(text).toMatch(/^pgqueue_claim_wait_ms_bucket\{queue="measured",le="\+Inf"\} 2$/m);
-  expect(text).toMatch(/^pgqueue_jobs\{queue="measured",status="succeeded"\} 1$/m);
+  // Live statuses exactly, zeros included; finished jobs only over the recent window (history is not counted).
+  expect(text).toMatch(/^pgqueue_jobs\{queue="measured",status="pending"\} 0$/m);
+  expect(text).not.toMatch(/^pgqueue_jobs\{[^}]*status="succeeded"/m);
+  expect(text).toContain('# HELP pgqueue_jobs_finished_recent Jobs per queue that finished (succeeded, cancelled) within the last 60 s, from the database.');
+  expect(text).toMatch(/^pgqueue_jobs_finished_recent\{queue="measured",status="succeeded"\} 1$/m);
+  expect(text).toMatch(/^pgqueue_jobs_finished_recent\{queue="measured",status="cancelled"\} 0$/m);
   expect(text).toMatch(/^pgqueue_worker_slots\{queue="measured"\} 10$/m);
   expect(text).toMatch(/^pgqueue_listener_up 1$/m);
   // Every sample line is well formed.

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { JobStateError, PermanentJobError, type PgQueue } from '../../lib/engine/index.js';
+import { InvalidOptionError, JobStateError, PermanentJobError, type PgQueue } from '../../lib/engine/index.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
@@ -205,10 +205,14 @@ test('dead jobs go only by an explicit purge, which records what it removed', as
   expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'purge'`)).rows[0].n).toBe(1);
 });
 
-test('stats report counts, the oldest claimable job, dead age, near-expiry, slots, listener, pool and database', async () => {
+test('stats report live counts, recently finished ones, the oldest claimable job, dead age, near-expiry, slots, listener, pool and database', async () => {
   const q = fx.make();
   q.work('stats', async () => {}, { concurrency: 4 });
   await fx.insertJobs('stats', 3, { status: 'dead' });
+  // History: counted only when it finished within the window.
+  await fx.insertJobs('stats', 2, { status: 'succeeded', finishedAgoSeconds: 5 });
+  await fx.insertJobs('stats', 4, { status: 'succeeded', finishedAgoSeconds: 3_600 });
+  await fx.insertJobs('stats', 1, { status: 'cancelled', finishedAgoSeconds: 5 });
   await q.start();
   await q.pauseQueue('stats');
   await fx.insertJobs('stats', 2);
@@ -217,11 +221,16 @@ test('stats report counts, the oldest claimable job, dead age, near-expiry, slot
   await waitFor(() => q.notifier.listening);
   const stats = await q.stats();
   const s = stats.queues.find((x) => x.queue === 'stats')!;
-  expect(s.counts).toEqual({ pending: 2, dead: 3 });
+  expect(s.counts).toEqual({ scheduled: 0, pending: 2, running: 0, dead: 3, recent: { succeeded: 2, cancelled: 1 } });
+  expect(stats.recentWindowMs).toBe(60_000);
   expect(s.oldestClaimableAgeMs).toBeGreaterThanOrEqual(90_000);
   expect(s.oldestDeadAgeMs).toBeGreaterThanOrEqual(3_600_000);
   expect(s.slots).toEqual({ busy: 0, total: 4 });
   expect(stats.listener.listening).toBe(true);
   expect(stats.database.connections).toBeGreaterThan(0);
   expect(stats.pool.total).toBeGreaterThan(0);
+  const wider = await q.stats({ recentWindowMs: 2 * 3_600_000 });
+  expect(wider.queues.find((x) => x.queue === 'stats')!.counts.recent).toEqual({ succeeded: 6, cancelled: 1 });
+  await expect(q.stats({ recentWindowMs: 0 })).rejects.toThrow(InvalidOptionError);
+  await expect(q.stats({ recentWindowMs: 86_400_001 })).rejects.toThrow(/recentWindowMs.*from 1 to 86400000/);
 });

@@ -89,6 +89,7 @@ describe('GET /metrics', () => {
       ['pgqueue_oldest_dead_age_seconds', 'gauge'],
       ['pgqueue_running_near_lease_expiry', 'gauge'],
       ['pgqueue_jobs', 'gauge'],
+      ['pgqueue_jobs_finished_recent', 'gauge'],
       ['pgqueue_worker_saturation', 'gauge'],
       ['pgqueue_database_lock_waits', 'gauge'],
       ['pgqueue_pool_connections', 'gauge'],
@@ -101,13 +102,16 @@ describe('GET /metrics', () => {
     const id = await s.queue.enqueue<DeliverWebhook>(QUEUES.webhooks, { url: 'https://example.test/hook', event: 'paid', failuresBeforeSuccess: 2 });
     const text = await scrapeUntil(
       ['pgqueue_jobs_succeeded_total', { queue: QUEUES.webhooks }, 1],
-      ['pgqueue_jobs', { queue: QUEUES.webhooks, status: 'succeeded' }, 1],
+      ['pgqueue_jobs_finished_recent', { queue: QUEUES.webhooks, status: 'succeeded' }, 1],
     );
     expect(await s.queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 3 });
     expect(value(text, 'pgqueue_jobs_retried_total', { queue: QUEUES.webhooks, code: 'RECEIVER_UNAVAILABLE', attempt: 1 })).toBe(1);
     expect(value(text, 'pgqueue_jobs_retried_total', { queue: QUEUES.webhooks, code: 'RECEIVER_UNAVAILABLE', attempt: 2 })).toBe(1);
     expect(value(text, 'pgqueue_jobs_claimed_total', { queue: QUEUES.webhooks })).toBe(3);
-    expect(value(text, 'pgqueue_jobs', { queue: QUEUES.webhooks, status: 'succeeded' })).toBe(1);
+    expect(value(text, 'pgqueue_jobs_finished_recent', { queue: QUEUES.webhooks, status: 'succeeded' })).toBe(1);
+    // History is not a live status: no pgqueue_jobs series for it.
+    expect(value(text, 'pgqueue_jobs', { queue: QUEUES.webhooks, status: 'succeeded' })).toBeUndefined();
+    expect(value(text, 'pgqueue_jobs', { queue: QUEUES.webhooks, status: 'pending' })).toBe(0);
     // Claim latency per claim, completion latency per success, the claim statement's duration.
     expect(value(text, 'pgqueue_claim_wait_ms_count', { queue: QUEUES.webhooks })).toBe(3);
     expect(value(text, 'pgqueue_claim_wait_ms_bucket', { queue: QUEUES.webhooks, le: '+Inf' })).toBe(3);
@@ -179,11 +183,11 @@ describe('GET /metrics', () => {
 
     text = await scrapeUntil(
       ['pgqueue_jobs_succeeded_total', { queue: 'probe' }, 2],
-      ['pgqueue_jobs', { queue: 'probe', status: 'succeeded' }, 2],
+      ['pgqueue_jobs_finished_recent', { queue: 'probe', status: 'succeeded' }, 2],
     );
     expect(value(text, 'pgqueue_lease_expired_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBe(3);
     expect(value(text, 'pgqueue_jobs_dead_total', { queue: 'probe', code: 'LEASE_EXPIRED', attempt: 2 })).toBe(1);
-    expect(value(text, 'pgqueue_jobs', { queue: 'probe', status: 'succeeded' })).toBe(2);
+    expect(value(text, 'pgqueue_jobs_finished_recent', { queue: 'probe', status: 'succeeded' })).toBe(2);
     expect(value(text, 'pgqueue_jobs', { queue: 'probe', status: 'dead' })).toBe(1);
     expect(await s.queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 2 });
     expect(await s.queue.get(ghost)).toMatchObject({ status: 'succeeded', attemptCount: 2 });
@@ -200,8 +204,9 @@ describe('GET /metrics', () => {
     const response = await s.post(`/jobs/${id}/cancel`, { reason: 'metrics test' });
     expect(response.status).toBe(200);
     // The handler's signal aborted (it honours it) and it threw at once; its failure write was refused.
-    await scrapeUntil(['pgqueue_lease_lost_total', { queue: 'probe', reason: 'cancelled', operation: 'fail' }, 1]);
+    const text = await scrapeUntil(['pgqueue_lease_lost_total', { queue: 'probe', reason: 'cancelled', operation: 'fail' }, 1]);
     expect(await s.queue.get(id)).toMatchObject({ status: 'cancelled' });
+    expect(value(text, 'pgqueue_jobs_finished_recent', { queue: 'probe', status: 'cancelled' })).toBe(1);
   });
 
   it('ages the oldest claimable job, and shows a paused queue', async () => {

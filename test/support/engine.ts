@@ -40,18 +40,29 @@ export async function engineFixture(label: string) {
     url: database.url,
     pool,
     make,
-    /** Inserts jobs directly with one statement, for backlogs and fixtures. */
-    async insertJobs(queue: string, count: number, extra: { status?: string; availableInSeconds?: number; priority?: number } = {}) {
+    /**
+     * Inserts jobs directly with one statement, for backlogs and fixtures. Finished ones (succeeded,
+     * dead, cancelled) finished `finishedAgoSeconds` ago (default now), as the engine would have set
+     * it; `errorCodes` are given to the rows in turn (the g-th row gets errorCodes[g % length]).
+     */
+    async insertJobs(
+      queue: string,
+      count: number,
+      extra: { status?: string; availableInSeconds?: number; priority?: number; finishedAgoSeconds?: number; errorCodes?: readonly string[] } = {},
+    ) {
       await pool.query(`INSERT INTO pgqueue.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`, [queue]);
       // A running row needs a lease (a CHECK constraint): give it one owned by nobody alive.
       await pool.query(
-        `INSERT INTO pgqueue.jobs (queue_name, payload, status, priority, available_at, lease_owner, lease_expires_at, deadline_at)
+        `INSERT INTO pgqueue.jobs (queue_name, payload, status, priority, available_at, lease_owner, lease_expires_at, deadline_at,
+                                   finished_at, last_error_code)
          SELECT $1, jsonb_build_object('n', g), $3::pgqueue.job_status, $4, now() + $5 * interval '1 second',
                 CASE WHEN $3 = 'running' THEN 'fixture' END,
                 CASE WHEN $3 = 'running' THEN now() + interval '1 hour' END,
-                CASE WHEN $3 = 'running' THEN now() + interval '1 hour' END
+                CASE WHEN $3 = 'running' THEN now() + interval '1 hour' END,
+                CASE WHEN $3 IN ('succeeded', 'dead', 'cancelled') THEN now() - $6 * interval '1 second' END,
+                ($7::text[])[1 + g % nullif(cardinality($7::text[]), 0)]
          FROM generate_series(1, $2) g`,
-        [queue, count, extra.status ?? 'pending', extra.priority ?? 0, extra.availableInSeconds ?? 0],
+        [queue, count, extra.status ?? 'pending', extra.priority ?? 0, extra.availableInSeconds ?? 0, extra.finishedAgoSeconds ?? 0, extra.errorCodes ?? []],
       );
     },
     async close() {
