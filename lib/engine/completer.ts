@@ -25,24 +25,22 @@ export const COMPLETER_OPTIONS = section<CompleterConfig>(
 
 export type CompletionOutcome = { applied: true } | { applied: false; reason: FenceLossReason };
 
+/** Something whose lease lasts `msLeft` more milliseconds (a Lease): a write is retried until then. */
+export interface LeaseClock {
+  readonly msLeft: number;
+}
+
 interface Pending {
   id: string;
   token: string;
   /** The job has an ordering key: its completion also hands the key to the next job. */
   keyed: boolean;
-  /** How long the attempt's lease lasts (ms, local clock): the write is retried until then. */
-  msLeft: () => number;
+  lease: LeaseClock;
   resolve(outcome: CompletionOutcome): void;
   reject(error: unknown): void;
 }
 
-export interface CompleteRequest {
-  keyed?: boolean;
-  /** Default: retried for 30 s at most. */
-  msLeft?: () => number;
-}
-
-/** When the caller cannot say how long its lease lasts. */
+/** When the caller cannot say how long its lease lasts: retried for 30 s at most. */
 const UNKNOWN_LEASE_MS = 30_000;
 
 /**
@@ -69,11 +67,10 @@ export class Completer {
     this.config = resolveSection(COMPLETER_OPTIONS, config, 'completer');
   }
 
-  complete(id: string, token: string, request: CompleteRequest = {}): Promise<CompletionOutcome> {
-    const startedAt = performance.now();
-    const msLeft = request.msLeft ?? (() => UNKNOWN_LEASE_MS - (performance.now() - startedAt));
+  complete(id: string, token: string, keyed = false, lease?: LeaseClock): Promise<CompletionOutcome> {
+    const clock = lease ?? unknownLease();
     return new Promise((resolve, reject) => {
-      this.waiting.push({ id, token, keyed: request.keyed ?? false, msLeft, resolve, reject });
+      this.waiting.push({ id, token, keyed, lease: clock, resolve, reject });
       this.pump();
     });
   }
@@ -105,7 +102,7 @@ export class Completer {
     let rows: Row[];
     try {
       rows = await retryWhile(
-        () => Math.max(...batch.map((p) => p.msLeft())),
+        () => Math.max(...batch.map((p) => p.lease.msLeft)),
         () => {
           tries += 1;
           // Jobs without an ordering key complete in one autocommit statement; a batch with keyed
@@ -119,10 +116,16 @@ export class Completer {
       for (const pending of batch) pending.reject(error);
       return;
     }
-    // By (id, token): a stale and a current completion of one job may share a batch.
-    const byAttempt = new Map(rows.map((r) => [`${r.id}:${r.token}`, r]));
+    // By (id, token): a stale and a current completion of one job may share a batch (rare: the
+    // map is by id, and only a job seen twice is told apart by its token).
+    const byId = new Map<string, Row | Row[]>();
+    for (const row of rows) {
+      const seen = byId.get(row.id);
+      byId.set(row.id, seen === undefined ? row : Array.isArray(seen) ? [...seen, row] : [seen, row]);
+    }
     for (const pending of batch) {
-      const row = byAttempt.get(`${pending.id}:${pending.token}`);
+      const found = byId.get(pending.id);
+      const row = Array.isArray(found) ? found.find((r) => r.token === pending.token) : found?.token === pending.token ? found : undefined;
       const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
       // A retried write whose earlier try committed finds the job succeeded by this very claim
       // (same token and owner); that, and only that, counts as applied.
@@ -130,4 +133,13 @@ export class Completer {
       pending.resolve(applied ? { applied: true } : { applied: false, reason });
     }
   }
+}
+
+function unknownLease(): LeaseClock {
+  const startedAt = performance.now();
+  return {
+    get msLeft() {
+      return UNKNOWN_LEASE_MS - (performance.now() - startedAt);
+    },
+  };
 }

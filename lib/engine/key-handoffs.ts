@@ -10,15 +10,17 @@ export interface KeyHandoffsConfig {
   intervalMs: number;
   /** Handoffs applied per statement. */
   batchSize: number;
+  /** Statements per pass: a pass walks the handoffs in id order, at most this many batches. */
+  maxBatchesPerPass: number;
   /** While keys are still held by producers, look again after this long. */
   retryMs: number;
 }
 
-export const KEY_HANDOFFS_DEFAULTS: KeyHandoffsConfig = { intervalMs: 5_000, batchSize: 500, retryMs: 100 };
+export const KEY_HANDOFFS_DEFAULTS: KeyHandoffsConfig = { intervalMs: 5_000, batchSize: 500, maxBatchesPerPass: 20, retryMs: 100 };
 
 export const KEY_HANDOFFS_OPTIONS = section<KeyHandoffsConfig>(
   'the key handoff pass',
-  { intervalMs: timerMs(10), batchSize: integer(1, 100_000), retryMs: timerMs(1) },
+  { intervalMs: timerMs(10), batchSize: integer(1, 100_000), maxBatchesPerPass: integer(1, 10_000), retryMs: timerMs(1) },
   KEY_HANDOFFS_DEFAULTS,
 );
 
@@ -33,6 +35,8 @@ export class KeyHandoffs {
   readonly config: KeyHandoffsConfig;
   private readonly runner: PeriodicRunner;
   private nextDelayMs: number;
+  /** Passes in a row that left handoffs waiting for their key's row. */
+  private heldFor = 0;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -57,21 +61,30 @@ export class KeyHandoffs {
   async runOnce(): Promise<{ handed: number; waiting: number }> {
     let handed = 0;
     let waiting = 0;
-    for (;;) {
-      const [row] = await runReleasingKeys<{ pending: number; handed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.handOffKeys, [
-        this.config.batchSize,
-      ]);
+    let after = '0';
+    for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
+      const [row] = await runReleasingKeys<{ pending: number; handed: number; last_id: string | null } & ReleasedKeys>(
+        this.pool,
+        this.queries,
+        this.channel,
+        this.queries.handOffKeys,
+        [this.config.batchSize, after],
+      );
       handed += row?.handed ?? 0;
       waiting += (row?.pending ?? 0) - (row?.handed ?? 0);
-      if ((row?.pending ?? 0) < this.config.batchSize || (row?.handed ?? 0) === 0) break;
+      if ((row?.pending ?? 0) < this.config.batchSize || !row?.last_id) break;
+      after = row.last_id;
     }
-    // A producer still holds some keys: look again soon, not at the idle interval.
-    this.nextDelayMs = waiting > 0 ? this.config.retryMs : this.config.intervalMs;
+    // A producer still holds some keys: look again soon (retryMs, doubling while they stay held),
+    // not at the idle interval.
+    this.nextDelayMs = waiting > 0 ? Math.min(this.config.intervalMs, this.heldFor === 0 ? this.config.retryMs : this.nextDelayMs * 2) : this.config.intervalMs;
+    this.heldFor = waiting > 0 ? this.heldFor + 1 : 0;
     return { handed, waiting };
   }
 
   /** A statement just handed some keys off. */
   wake(): void {
+    this.heldFor = 0;
     this.runner.trigger();
   }
 

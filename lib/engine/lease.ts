@@ -90,7 +90,8 @@ export type LeaseOperation = 'start' | 'complete' | 'fail' | 'heartbeat' | 'rele
  * charging the attempt).
  */
 export class Lease {
-  readonly job: Job;
+  /** What the handler receives; replaced (never mutated) when a start renewal moves the deadline. */
+  job: Job;
   readonly context: JobContext;
   readonly traceCarrier: TraceCarrier | null;
   /** When the claim that granted this lease was sent (monotonic ms). */
@@ -123,6 +124,12 @@ export class Lease {
   completion: 'own' | 'client' | undefined;
   /** The transaction of a ctx.complete in progress: heartbeats go through it (see heartbeat()). */
   openTransaction: Queryable | undefined;
+  /**
+   * The last committed grant, kept while a renewal written inside that transaction is not known
+   * to have committed: the renewal holds while the transaction is open (its row lock keeps every
+   * other session off the job) and is undone if the transaction ends without a known commit.
+   */
+  private committedGrant: { grantedAt: number; expiresAt: number; atDeadline: boolean } | undefined;
   /** ctx.complete handed the job's key off (a producer held its row): the worker wakes the handoff pass. */
   keysDeferred = false;
 
@@ -209,13 +216,38 @@ export class Lease {
     return this.lostError(reason);
   }
 
-  /** The handler starts now: from here, running out of lease aborts its signal. */
+  /** The handler starts now: from here, running out of lease aborts its signal (the timer reads this flag). */
   begin(): void {
     this.started = true;
+  }
+
+  /** ctx.complete's own transaction committed: a renewal written in it holds. */
+  commitRenewal(): void {
+    this.committedGrant = undefined;
+  }
+
+  /**
+   * ctx.complete's transaction ended without a known commit (it rolled back, or it is the
+   * caller's): a renewal written in it may never have happened, so the local lease goes back to
+   * the last committed grant, and aborts at once if that is past. The local lease is never longer
+   * than the database's.
+   */
+  dropRenewal(): void {
+    const grant = this.committedGrant;
+    this.committedGrant = undefined;
+    if (!grant) return;
+    this.grantedAt = grant.grantedAt;
+    this.expiresAt = grant.expiresAt;
+    this.atDeadline = grant.atDeadline;
     this.arm();
   }
 
-  /** A renewal at the start of the attempt (startAttempt) granted `leaseMsLeft` from `requestedAt`. */
+  /** The attempt's start renewal (startAttempt) moved its deadline: the handler sees the new one. */
+  startsWithDeadline(deadlineAt: Date): void {
+    this.job = { ...this.job, deadlineAt };
+  }
+
+  /** A renewal granted `leaseMsLeft` from `requestedAt`. */
   renewed(requestedAt: number, leaseMsLeft: number, atDeadline: boolean): void {
     this.grantedAt = requestedAt;
     this.expiresAt = requestedAt + leaseMsLeft;
@@ -263,6 +295,7 @@ export class Lease {
     // asking the pool for a second connection while the handler holds one can wait forever (every
     // handler of a full pool doing the same). Committed with the completion, which needs it.
     const db = this.openTransaction ?? this.deps.db;
+    const inTransaction = this.openTransaction !== undefined;
     const requestedAt = performance.now();
     let row: { lease_ms_left: number | null; lease_at_deadline: boolean | null; loss: string } | undefined;
     try {
@@ -274,6 +307,10 @@ export class Lease {
     }
     if (row && row.lease_ms_left !== null) {
       metrics.increment('heartbeats', { queue: this.job.queue });
+      // Written inside ctx.complete's transaction: it holds only if that commits (see
+      // committedGrant), or a rollback would leave the handler running, unaborted, beside the
+      // next attempt.
+      if (inTransaction) this.committedGrant ??= { grantedAt: this.grantedAt, expiresAt: this.expiresAt, atDeadline: this.atDeadline };
       this.renewed(requestedAt, row.lease_ms_left, row.lease_at_deadline === true);
       return;
     }

@@ -1,5 +1,5 @@
 import { COMPLETER_OPTIONS, type CompleterConfig } from './completer.js';
-import { integer, nested, oneOf, opaque, section, string, timerMs } from './config.js';
+import { integer, nested, oneOf, opaque, section, string, TIMER_MAX_MS, timerMs } from './config.js';
 import { DEFAULT_SCHEMA } from './identifiers.js';
 import { KEY_HANDOFFS_OPTIONS, type KeyHandoffsConfig } from './key-handoffs.js';
 import { MIGRATION_MODE_DEFAULT, MIGRATION_MODES } from './migrator.js';
@@ -11,7 +11,7 @@ import { MAX_PAYLOAD_BYTES_DEFAULT } from './producer.js';
 import { PRUNER_OPTIONS, type PrunerConfig } from './pruner.js';
 import { REAPER_OPTIONS, type ReaperConfig } from './reaper.js';
 import { SCHEDULER_OPTIONS, type SchedulerConfig } from './scheduler.js';
-import { STATEMENT_TIMEOUT_DEFAULT_MS } from './sql.js';
+import { CLIENT_TIMEOUT_SLACK_MS, STATEMENT_TIMEOUT_DEFAULT_MS } from './sql.js';
 import type { HandlerOptions } from './types.js';
 import { HANDLER_OPTIONS } from './worker.js';
 
@@ -101,14 +101,16 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     pollIntervalMs: timerMs(10),
     wakeCooldownMs: integer(0, 10_000),
     maxPayloadBytes: integer(2, 64 * 1024 * 1024),
-    maxFreeReleases: integer(0),
+    // release_count is an int4.
+    maxFreeReleases: integer(0, 2_147_483_647),
     reaper: nested(REAPER_OPTIONS),
     scheduler: nested(SCHEDULER_OPTIONS),
     pruner: nested(PRUNER_OPTIONS, true),
     notifier: nested(NOTIFIER_OPTIONS),
     completer: nested(COMPLETER_OPTIONS),
     keyHandoffs: nested(KEY_HANDOFFS_OPTIONS),
-    statementTimeoutMs: timerMs(100),
+    // The client-side timeout adds CLIENT_TIMEOUT_SLACK_MS, and a timer waits at most TIMER_MAX_MS.
+    statementTimeoutMs: integer(100, TIMER_MAX_MS - CLIENT_TIMEOUT_SLACK_MS),
     logger: opaque('object'),
   },
   {

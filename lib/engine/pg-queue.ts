@@ -7,7 +7,7 @@ import { requireInteger, resolveSection } from './config.js';
 import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from './options.js';
 
 export type { PgQueueOptions } from './options.js';
-import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
+import { run, runReleasingKeys, type Queryable, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
 import { isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
@@ -270,7 +270,7 @@ export class PgQueue {
       channel,
       maxPayloadBytes,
       schedulerTopic: SCHEDULER_TOPIC,
-      isKnownQueue: (queue) => this.isKnownQueue(queue),
+      isKnownQueue: (queue, db) => this.isKnownQueue(queue, db),
     });
   }
 
@@ -686,9 +686,9 @@ export class PgQueue {
     }
   }
 
-  private async isKnownQueue(queue: string): Promise<boolean> {
+  private async isKnownQueue(queue: string, db: Queryable = this.pool): Promise<boolean> {
     if (this.knownQueues.has(queue)) return true;
-    const rows = await run<{ name: string }>(this.pool, this.queries.listQueues, []);
+    const rows = await run<{ name: string }>(db, this.queries.listQueues, []);
     for (const row of rows) this.knownQueues.add(row.name);
     return this.knownQueues.has(queue);
   }

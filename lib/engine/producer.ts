@@ -64,7 +64,11 @@ export interface ProducerDeps {
   readonly maxPayloadBytes: number;
   /** Payload of the NOTIFY that wakes schedulers. */
   readonly schedulerTopic: string;
-  readonly isKnownQueue: (queue: string) => Promise<boolean>;
+  /**
+   * Whether a queue is declared; reads on `db` when it must look (a caller's transaction: asking
+   * the pool for a second connection while the caller holds one can wait forever).
+   */
+  readonly isKnownQueue: (queue: string, db: Queryable) => Promise<boolean>;
 }
 
 /**
@@ -80,7 +84,7 @@ export class Producer {
     const rows: EnqueueRow[] = [];
     for (const [index, job] of jobs.entries()) rows.push(this.toRow(job, jobs.length > 1 ? `jobs[${index}]` : 'job'));
     for (const queue of new Set(rows.map((r) => r.q))) {
-      if (!(await this.deps.isKnownQueue(queue))) {
+      if (!(await this.deps.isKnownQueue(queue, call.client ?? this.deps.db))) {
         throw new InvalidJobError(
           'UNKNOWN_QUEUE',
           `Queue "${queue}" is not declared. Check the name, or declare it (a handler for it declares it when its worker starts; producers can declare it with declareQueues()). Nothing was enqueued.`,

@@ -16,6 +16,14 @@ import { BACKOFF_MAX_EXPONENT } from './retry.js';
  * by the database's clock. Zero rows matched means the worker lost the job and must not write it.
  */
 function fence(job: string, id: string, owner: string, token: string): string {
+  return `${job}.id = ${id} AND ${job}.lease_token = ${token} AND ${fenceHolds(job, owner)}`;
+}
+
+/**
+ * The fence without its id and token, for a statement that matches those itself (complete-many
+ * matches a batch's (id, token) pairs through a hashed subplan).
+ */
+function fenceHolds(job: string, owner: string): string {
   // `status::text`, not `status`: the same test, but one the reaper's partial index
   // (lease_expires_at WHERE status = 'running') cannot serve. With it, a planner misled by stale
   // statistics walks every running row for each fenced write; without it, the row is found by its
@@ -24,8 +32,7 @@ function fence(job: string, id: string, owner: string, token: string): string {
   // clock_timestamp(), not now(): now() is the start of the transaction, and a fenced statement
   // can run long after it began: inside a caller's transaction (ctx.complete with { client }),
   // or after waiting for a row lock. A lease that expired meanwhile must refuse the write.
-  return `${job}.id = ${id} AND ${job}.lease_owner = ${owner} AND ${job}.lease_token = ${token}
-    AND ${job}.status::text = 'running' AND ${job}.lease_expires_at > clock_timestamp()`;
+  return `${job}.lease_owner = ${owner} AND ${job}.status::text = 'running' AND ${job}.lease_expires_at > clock_timestamp()`;
 }
 
 /**
@@ -78,15 +85,20 @@ function releaseKeys(s: string, finishedKeys: string, defer = true): string {
   return `finished_keys AS (
          ${finishedKeys}
        ), locked_keys AS (
-         SELECT o.row, f.queue_name, f.ordering_key, f.n
+         SELECT f.queue_name, f.ordering_key, f.n
          FROM (SELECT * FROM finished_keys ORDER BY queue_name, ordering_key) f
-           CROSS JOIN LATERAL (SELECT ok.ctid AS row FROM ${s}.ordering_keys ok
+           CROSS JOIN LATERAL (SELECT 1 FROM ${s}.ordering_keys ok
                                WHERE ok.queue_name = f.queue_name AND ok.ordering_key = f.ordering_key
                                FOR UPDATE SKIP LOCKED) o
        ), released_keys AS (
+         -- By key, not by the ctid the lock returned: a producer that committed after this
+         -- statement's snapshot and before its lock left a row version the snapshot cannot see, so
+         -- a ctid match updated nothing (the key's count stayed one too high, and its next job
+         -- never became the head). By key, the update finds the version it can see and moves to
+         -- the latest one, which this statement already holds.
          UPDATE ${s}.ordering_keys AS ok SET unfinished = ok.unfinished - l.n
          FROM locked_keys l
-         WHERE ok.ctid = l.row
+         WHERE ok.queue_name = l.queue_name AND ok.ordering_key = l.ordering_key
          RETURNING ok.queue_name, ok.ordering_key
        ), deferred_keys AS (
          ${
@@ -108,7 +120,7 @@ const RELEASED_KEYS_COLUMNS = `(SELECT array_agg(queue_name) FROM released_keys)
 /**
  * A cancelled job whose attempt may still be running (see migration 0006): it holds its key until
  * its worker confirms the attempt is over or its lease runs out. The same test as the predicate of
- * jobs_key_head_idx, so the "has a head" probe can use it.
+ * jobs_key_holder_idx, so the "has a head" probe can use it.
  */
 function holdsKey(job: string): string {
   return `(${job}.status IN ('scheduled', 'pending', 'running', 'dead') OR (${job}.status = 'cancelled' AND ${job}.lease_expires_at IS NOT NULL))`;
@@ -415,21 +427,24 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
        ), done AS (
          UPDATE ${jobs} AS j
          SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
-         FROM input i
-         -- = ANY($1): a primary-key probe per id, however the planner sizes unnest().
-         WHERE j.id = ANY ($1::bigint[]) AND ${fence('j', 'i.id', '$3', 'i.token')}
-         RETURNING j.id, i.token, j.queue_name, j.ordering_key
+         -- = ANY($1): a primary-key probe per id, however the planner sizes unnest(). The token is
+         -- matched through a hashed subplan, not a join with the input: the planner made that join
+         -- a nested loop, O(batch²) comparisons (35 ms of a 500-row batch). coalesce() keeps the IN
+         -- a subplan (a bare IN is turned into the same nested-loop semi-join).
+         WHERE j.id = ANY ($1::bigint[]) AND coalesce((j.id, j.lease_token) IN (SELECT id, token FROM input), false)
+           AND ${fenceHolds('j', '$3')}
+         RETURNING j.id, j.lease_token AS token, j.queue_name, j.ordering_key
        ), ${releaseKeys(s, keysOf('done'))}, lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
          SELECT j.id, 'lost_fence', j.status, j.attempt_count, i.token, $3, ${fenceLossCode('j', 'i.token', '$3')}
          FROM input i JOIN ${jobs} j ON j.id = i.id
-         WHERE NOT EXISTS (SELECT 1 FROM done d WHERE d.id = i.id AND d.token = i.token)
+         WHERE (i.id, i.token) NOT IN (SELECT id, token FROM done)
        )
-       SELECT i.id::text AS id, i.token::text AS token, d.id IS NOT NULL AS applied,
+       SELECT i.id::text AS id, i.token::text AS token, (i.id, i.token) IN (SELECT id, token FROM done) AS applied,
               CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token', '$3')} END AS loss,
               j.status::text AS status,
               ${RELEASED_KEYS_COLUMNS}
-       FROM input i LEFT JOIN done d ON d.id = i.id AND d.token = i.token LEFT JOIN ${jobs} j ON j.id = i.id`,
+       FROM input i LEFT JOIN ${jobs} j ON j.id = i.id`,
     ),
 
     /**
@@ -512,7 +527,15 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
          WHERE NOT EXISTS (SELECT 1 FROM moved)
        )
        SELECT (SELECT count(*) FROM moved)::int AS applied,
-              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss,
+              -- Refused, but this very failure happened: an earlier try of this write committed
+              -- and its reply was lost (a retried write learns it from here). Its retry is in the
+              -- history (only this statement writes 'retry_scheduled'), or its death is on the row
+              -- (a worker's own 'dead' keeps its owner; the reaper's clears it).
+              CASE WHEN NOT EXISTS (SELECT 1 FROM moved) THEN
+                coalesce(j.status = 'dead' AND j.lease_token = t.token AND j.lease_owner = t.owner, false)
+                OR EXISTS (SELECT 1 FROM ${events} e WHERE e.job_id = t.id AND e.lease_token = t.token AND e.worker = t.owner
+                             AND e.kind = 'retry_scheduled') END AS already
        FROM target t LEFT JOIN ${jobs} j ON j.id = t.id`,
     ),
 
@@ -573,7 +596,12 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
                 'released at shutdown (' || r.release_count || ' so far)'
          FROM released r CROSS JOIN target t
        )
-       SELECT (SELECT count(*) FROM released)::int AS applied`,
+       SELECT (SELECT count(*) FROM released)::int AS applied,
+              -- As in fail: an earlier try of this release committed and its reply was lost.
+              CASE WHEN NOT EXISTS (SELECT 1 FROM released) THEN EXISTS (
+                SELECT 1 FROM ${events} e WHERE e.job_id = t.id AND e.lease_token = t.token AND e.worker = t.owner
+                  AND e.kind = 'released') END AS already
+       FROM target t`,
     ),
 
     /**
@@ -775,7 +803,10 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
       'end-cancelled-attempt',
       `WITH ended AS (
          UPDATE ${jobs} AS j SET lease_owner = NULL, lease_expires_at = NULL, deadline_at = NULL
-         WHERE j.id = $1 AND j.status = 'cancelled' AND j.lease_owner = $2 AND j.lease_token = $3
+         -- status::text, as in fence(): a test jobs_cancelled_lease_idx cannot serve, so the row is
+         -- found by its primary key (after a mass cancel the partial index is large, and stale
+         -- statistics made every confirmation walk it).
+         WHERE j.id = $1 AND j.status::text = 'cancelled' AND j.lease_owner = $2 AND j.lease_token = $3
            AND j.lease_expires_at IS NOT NULL
          RETURNING j.id, j.queue_name, j.ordering_key
        ), ${releaseKeys(s, keysOf('ended'))}
@@ -807,13 +838,15 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
     /**
      * The KeyHandoffs pass: key releases that had to be handed off because a producer held the
      * key's row (see releaseKeys) are applied now, for each key whose row is free; the rest wait
-     * for the next pass. Bounded, SKIP LOCKED, safe in every process.
-     * $1 limit.
+     * for the next pass. Bounded, SKIP LOCKED, safe in every process. A pass walks the table by id
+     * ($2: after this id), so keys a long producer transaction still holds never hide the free
+     * ones behind them.
+     * $1 limit, $2 after id.
      */
     handOffKeys: q(
       'hand-off-keys',
       `WITH pending AS (
-         SELECT id, queue_name, ordering_key, n FROM ${s}.key_handoffs ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+         SELECT id, queue_name, ordering_key, n FROM ${s}.key_handoffs WHERE id > $2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
        ), ${releaseKeys(s, 'SELECT queue_name, ordering_key, sum(n)::int AS n FROM pending GROUP BY 1, 2', false)}, handed AS (
          DELETE FROM ${s}.key_handoffs h
          USING pending p
@@ -821,7 +854,8 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
            AND EXISTS (SELECT 1 FROM locked_keys l WHERE l.queue_name = p.queue_name AND l.ordering_key = p.ordering_key)
          RETURNING h.id
        )
-       SELECT (SELECT count(*) FROM pending)::int AS pending, (SELECT count(*) FROM handed)::int AS handed, ${RELEASED_KEYS_COLUMNS}`,
+       SELECT (SELECT count(*) FROM pending)::int AS pending, (SELECT count(*) FROM handed)::int AS handed,
+              (SELECT max(id) FROM pending)::text AS last_id, ${RELEASED_KEYS_COLUMNS}`,
     ),
 
 

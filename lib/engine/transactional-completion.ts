@@ -83,12 +83,21 @@ export async function completeInTransaction<R>(lease: Lease, work: (tx: Queryabl
 
   if (options.client) {
     await requireTransaction(options.client, queries, id);
-    const result = await inTransaction(options.client);
+    // Its heartbeats hold only if the caller commits, which nothing here learns: the local lease
+    // keeps its last committed length (the conservative side).
+    const result = await inTransaction(options.client).finally(() => lease.dropRenewal());
     // True only once the caller commits: the worker checks after the handler settles (D14).
     lease.completion = 'client';
     return result;
   }
-  const result = await transaction(lease.deps.db, inTransaction, queries);
+  let result: R;
+  try {
+    result = await transaction(lease.deps.db, inTransaction, queries);
+  } catch (error) {
+    lease.dropRenewal();
+    throw error;
+  }
+  lease.commitRenewal();
   lease.completion = 'own';
   return result;
 }

@@ -102,6 +102,7 @@ type Outcome = { ok: true } | { ok: false; error: unknown };
 
 /** Handler durations kept for the prefetch rule: the median of the most recent ones. */
 const DURATION_SAMPLES = 32;
+const MEDIAN_EVERY = 8;
 
 /**
  * The claim loop of one queue in this process. It keeps up to `concurrency` handlers running and
@@ -135,7 +136,13 @@ export class Worker {
   private fairCredit = 0;
   /** When the last claim that came back short was sent (monotonic ms). */
   private lastShortClaimAt = Number.NEGATIVE_INFINITY;
-  private readonly durations: number[] = [];
+  /** The last DURATION_SAMPLES handler durations, a ring (`durationCount` of them filled). */
+  private readonly durations = new Float64Array(DURATION_SAMPLES);
+  private durationCount = 0;
+  /** The median of `durations`, recomputed every MEDIAN_EVERY samples (it is read per job). */
+  private median: number | undefined;
+  private samplesSinceMedian = 0;
+  private readonly onBufferedExpiry = (lease: Lease) => this.bufferedExpiry(lease);
   private checking = false;
   private nudge: (() => void) | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
@@ -189,7 +196,9 @@ export class Worker {
     this.state = 'stopping';
     clearInterval(this.pollTimer);
     this.poke();
-    await this.loop;
+    // Bounded: a claim waiting for a connection that no handler gives back (a pool without a
+    // connect timeout, all of it held by handlers that wait to be aborted) must not hold the stop.
+    await settlesWithin(this.loop ?? Promise.resolve(), timeoutMs);
 
     for (const lease of this.buffered.splice(0)) this.track(this.release(lease, false));
 
@@ -269,9 +278,16 @@ export class Worker {
   }
 
   private medianDurationMs(): number | undefined {
-    if (this.durations.length === 0) return undefined;
-    const sorted = [...this.durations].sort((a, b) => a - b);
-    return sorted[Math.floor(sorted.length / 2)];
+    return this.median;
+  }
+
+  private recordDuration(ms: number): void {
+    this.durations[this.durationCount % DURATION_SAMPLES] = ms;
+    this.durationCount += 1;
+    if (this.median !== undefined && ++this.samplesSinceMedian < MEDIAN_EVERY) return;
+    this.samplesSinceMedian = 0;
+    const sorted = this.durations.slice(0, Math.min(this.durationCount, DURATION_SAMPLES)).sort();
+    this.median = sorted[Math.floor(sorted.length / 2)];
   }
 
   /**
@@ -313,11 +329,21 @@ export class Worker {
       this.deps.metrics.increment('claim_queries', { queue: this.queue });
       this.deps.metrics.observe('claim_query_ms', performance.now() - requestedAt, { queue: this.queue });
     }
+    if (this.state !== 'running') {
+      // Claimed while stop() was already handing jobs back (it does not wait for a claim forever):
+      // these go back too, attempt not charged.
+      for (const row of rows) {
+        const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
+        lease.dispose();
+        this.track(this.release(lease, false));
+      }
+      return;
+    }
     if (rows.length < limit) this.lastShortClaimAt = requestedAt;
     this.moreWork = rows.length === limit || this.wakeups !== wakeupsBefore;
     this.hooks.claimed?.(rows.length);
     for (const row of rows) {
-      const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, (expiring) => this.bufferedExpiry(expiring));
+      const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
       this.deps.metrics.increment('jobs_claimed', { queue: this.queue });
       this.deps.metrics.observe('claim_wait_ms', Math.max(0, row.waited_ms), { queue: this.queue });
       this.deps.metrics.emit({ type: 'claimed', queue: this.queue, jobId: lease.job.id, attempt: lease.job.attempt, leaseToken: lease.job.leaseToken });
@@ -329,7 +355,10 @@ export class Worker {
   private dispatch(): void {
     while (this.state === 'running' && this.running.size < this.options.concurrency && this.buffered.length > 0) {
       const lease = this.buffered.shift()!;
-      this.running.set(lease, this.begin(lease));
+      // The common case starts at once; a job that waited too long, or was cancelled or lost while
+      // it waited, goes the longer way (begin).
+      const ready = !lease.lost && !lease.signal.aborted && lease.msLeft >= this.renewBelowMs(lease);
+      this.running.set(lease, ready ? this.execute(lease) : this.begin(lease));
     }
   }
 
@@ -343,14 +372,15 @@ export class Worker {
     this.poke();
   }
 
-  /** A slot is free for `lease`: renew its lease if the buffer took too much of it, then run it. */
+  /** A slot is free for `lease`, which waited too long or lost its job meanwhile: renew it if it can still run, then run it. */
   private async begin(lease: Lease): Promise<void> {
-    if (!lease.lost && !lease.signal.aborted && lease.msLeft < this.renewBelowMs(lease)) await this.startAttempt(lease);
+    if (!lease.lost && !lease.signal.aborted) await this.startAttempt(lease);
     if (lease.lost || lease.signal.aborted) {
-      // Cancelled, reclaimed or lost before it started: the handler never runs.
-      this.running.delete(lease);
+      // Cancelled, reclaimed, lost or shut down before it started: the handler never runs.
+      if (!this.running.delete(lease)) return; // stop() released it meanwhile
       lease.dispose();
       if (lease.lost === 'cancelled' || lease.abortCode === 'CANCELLED') this.track(this.endCancelled(lease));
+      else if (lease.abortCode === 'SHUTDOWN') this.track(this.release(lease, false));
       this.dispatch();
       this.poke();
       return;
@@ -362,13 +392,14 @@ export class Worker {
   private async startAttempt(lease: Lease): Promise<void> {
     const requestedAt = performance.now();
     try {
-      const [row] = await run<{ lease_ms_left: number | null; lease_at_deadline: boolean | null; loss: string }>(
+      const [row] = await run<{ lease_ms_left: number | null; lease_at_deadline: boolean | null; deadline_at: Date | null; loss: string }>(
         this.deps.db,
         this.deps.queries.startAttempt,
         [lease.job.id, this.deps.owner, lease.job.leaseToken, this.options.leaseMs],
       );
       if (row && row.lease_ms_left !== null) {
         lease.renewed(requestedAt, row.lease_ms_left, row.lease_at_deadline === true);
+        if (row.deadline_at) lease.startsWithDeadline(row.deadline_at);
         return;
       }
       lease.markLost(fenceLossReason(row?.loss ?? 'LEASE_LOST'), 'start');
@@ -396,8 +427,7 @@ export class Worker {
       abandon.cancel();
       const ran = performance.now() - startedAt;
       this.deps.metrics.observe('handler_duration_ms', ran, { queue: this.queue });
-      this.durations.push(ran);
-      if (this.durations.length > DURATION_SAMPLES) this.durations.shift();
+      this.recordDuration(ran);
     }
     // Not ours any more: stop() released it, or the handler ignored its abort past the grace.
     if (!this.running.delete(lease)) return this.settledLate(lease);
@@ -540,10 +570,7 @@ export class Worker {
   }
 
   private async complete(lease: Lease, startedAt: number): Promise<void> {
-    const outcome = await this.deps.completer.complete(lease.job.id, lease.job.leaseToken, {
-      keyed: lease.job.orderingKey !== null,
-      msLeft: () => lease.msLeft,
-    });
+    const outcome = await this.deps.completer.complete(lease.job.id, lease.job.leaseToken, lease.job.orderingKey !== null, lease);
     if (!outcome.applied) {
       lease.markLost(outcome.reason, 'complete');
       if (outcome.reason === 'cancelled') await this.endCancelled(lease);
@@ -566,7 +593,7 @@ export class Worker {
     const { maxAttempts, unknownErrorAttempts, backoff } = this.options;
     const decision = decideRetry(failure, lease.job.attempt, lease.job.maxAttempts ?? maxAttempts, unknownErrorAttempts, backoff);
     const [row] = await whileLeaseLasts(lease, () =>
-      run<{ applied: number; loss: string }>(this.deps.db, this.deps.queries.fail, [
+      run<{ applied: number; loss: string; already: boolean | null }>(this.deps.db, this.deps.queries.fail, [
         lease.job.id,
         this.deps.owner,
         lease.job.leaseToken,
@@ -576,7 +603,8 @@ export class Worker {
         failure.message,
       ]),
     );
-    if (!row || row.applied !== 1) {
+    // `already`: a try whose reply was lost had committed (the retry finds its history row).
+    if (!row || (row.applied !== 1 && !row.already)) {
       const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
       lease.markLost(reason, 'fail');
       if (reason === 'cancelled') await this.endCancelled(lease);
@@ -598,9 +626,15 @@ export class Worker {
     lease.dispose();
     if (lease.lost) return;
     const [row] = await whileLeaseLasts(lease, () =>
-      run<{ applied: number }>(this.deps.db, this.deps.queries.release, [lease.job.id, this.deps.owner, lease.job.leaseToken, started, this.deps.maxFreeReleases]),
+      run<{ applied: number; already: boolean | null }>(this.deps.db, this.deps.queries.release, [
+        lease.job.id,
+        this.deps.owner,
+        lease.job.leaseToken,
+        started,
+        this.deps.maxFreeReleases,
+      ]),
     );
-    if (!row || row.applied !== 1) {
+    if (!row || (row.applied !== 1 && !row.already)) {
       lease.markLost('lease_lost', 'release');
       return;
     }

@@ -126,6 +126,10 @@ test('D25: every option name and bound is checked by the engine, nested ones inc
   for (const option of [{ pollIntervalMs: 2 ** 31 }, { reaper: { intervalMs: 2 ** 31 } }, { scheduler: { intervalMs: 2 ** 31 } }, { pruner: { intervalMs: 2 ** 31 } }, { notifier: { probeIntervalMs: 2 ** 31 } }]) {
     expect(make(option)).toThrow(/is not an integer from \d+ to 2147483647/);
   }
+  // Bounds the code relies on: the client-side timeout adds a second to statementTimeoutMs, and
+  // release_count is an int4.
+  expect(make({ statementTimeoutMs: 2_147_483_647 })).toThrow(/Invalid option "statementTimeoutMs"/);
+  expect(make({ maxFreeReleases: 10_000_000_000 })).toThrow(/Invalid option "maxFreeReleases"/);
   // A deprecated name still works, with a warning naming its replacement.
   const logger = { lines: [] as string[], log: () => {}, warn: (m: string) => void logger.lines.push(m), error: () => {} };
   const engine = new PgQueue({ connectionString: fx.url, logger, notifier: { pingIntervalMs: 20_000 } as never });

@@ -37,7 +37,7 @@ test("a stale worker's completion, failure and heartbeat change nothing once ano
   const aDone = await new Completer(fx.pool, queries, 'worker-a', 'pgqueue:wake').complete(id, '7');
   expect(aDone).toEqual({ applied: false, reason: 'lease_lost' });
   const [aFail] = await run<{ applied: number; loss: string }>(fx.pool, queries.fail, [id, 'worker-a', '7', false, 0, 'X', 'late']);
-  expect(aFail).toEqual({ applied: 0, loss: 'LEASE_LOST' });
+  expect(aFail).toEqual({ applied: 0, loss: 'LEASE_LOST', already: false });
   const [aBeat] = await run<{ lease_ms_left: number | null; loss: string }>(fx.pool, queries.heartbeat, [id, 'worker-a', '7', 30_000]);
   expect(aBeat).toMatchObject({ lease_ms_left: null, loss: 'LEASE_LOST' });
 
@@ -122,7 +122,7 @@ test('D15: a late completion of a job the reaper killed is a lost lease, not "fi
   const completer = new Completer(fx.pool, queries, 'worker-g', 'pgqueue:wake');
   expect(await completer.complete(job!.id, job!.lease_token)).toEqual({ applied: false, reason: 'lease_lost' });
   const [fail] = await run<{ applied: number; loss: string }>(fx.pool, queries.fail, [job!.id, 'worker-g', job!.lease_token, false, 0, 'X', 'late']);
-  expect(fail).toEqual({ applied: 0, loss: 'LEASE_LOST' });
+  expect(fail).toEqual({ applied: 0, loss: 'LEASE_LOST', already: false });
   const events = (await fx.pool.query(`SELECT kind, error_code FROM pgqueue.job_events WHERE job_id = $1 ORDER BY id`, [job!.id])).rows;
   expect(events).toEqual([
     { kind: 'dead', error_code: 'LEASE_EXPIRED' },
@@ -175,4 +175,21 @@ test('D15: a retried completion write counts as applied only when it is known to
   );
   expect(await afterDeath.complete(killed!.id, killed!.lease_token)).toEqual({ applied: false, reason: 'lease_lost' });
   expect((await fx.pool.query(`SELECT status::text FROM pgqueue.jobs WHERE id = $1`, [killed!.id])).rows).toEqual([{ status: 'dead' }]);
+});
+
+test('a retried failure or release whose first try committed is known to have happened (its reply was lost), not a lost lease', async () => {
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.insertJobs('fence', 3);
+  const [retried, died, released] = await claim('worker-i', 30_000, 3);
+  const fail = (job: typeof retried, dead: boolean) => run<{ applied: number; already: boolean }>(fx.pool, queries.fail, [job!.id, 'worker-i', job!.lease_token, dead, 0, 'X', 'x']);
+  expect((await fail(retried, false))[0]).toMatchObject({ applied: 1 });
+  expect((await fail(retried, false))[0]).toMatchObject({ applied: 0, already: true });
+  expect((await fail(died, true))[0]).toMatchObject({ applied: 1 });
+  expect((await fail(died, true))[0]).toMatchObject({ applied: 0, already: true });
+  const release = () => run<{ applied: number; already: boolean }>(fx.pool, queries.release, [released!.id, 'worker-i', released!.lease_token, true, 3]);
+  expect((await release())[0]).toMatchObject({ applied: 1 });
+  expect((await release())[0]).toMatchObject({ applied: 0, already: true });
+  // Another worker's refused write under another token is not mistaken for one that happened.
+  const [other] = await run<{ applied: number; already: boolean }>(fx.pool, queries.fail, [retried!.id, 'worker-j', retried!.lease_token, false, 0, 'X', 'x']);
+  expect(other).toMatchObject({ applied: 0, already: false });
 });

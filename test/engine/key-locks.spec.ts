@@ -105,3 +105,84 @@ test("D17: two handlers that enqueue follow-ups to each other's keys inside ctx.
   expect(followUps).toHaveLength(2);
   for (const { id } of followUps) await waitForStatus(q, id, 'succeeded', 10_000);
 });
+
+async function keyCount(queue: string, key: string): Promise<number | null> {
+  const { rows } = await fx.pool.query(`SELECT unfinished FROM pgqueue.ordering_keys WHERE queue_name = $1 AND ordering_key = $2`, [queue, key]);
+  return rows[0]?.unfinished ?? null;
+}
+
+test("a producer that commits between a completion's snapshot and its lock of the key's row does not wedge the key", async () => {
+  const q = fx.make();
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const ran: string[] = [];
+  q.work<{ n: string }>('lost-decrement', async (job) => {
+    ran.push(job.payload.n);
+    if (job.payload.n === 'a1') await gate;
+  });
+  await q.start();
+  const a1 = await q.enqueue('lost-decrement', { n: 'a1' }, { orderingKey: 'A' });
+  await waitFor(() => ran.length === 1);
+  // Someone holds the head's row for a moment (an operator's cancel waiting, a reaper pass): it
+  // widens the window between the completion statement's snapshot and its lock of A's row.
+  const holder = await fx.pool.connect();
+  try {
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM pgqueue.jobs WHERE id = $1 FOR UPDATE', [a1]);
+    release(); // the completion's statement starts, and waits for the head's row
+    await waitFor(
+      async () => (await fx.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%status = ''succeeded''%'`)).rows[0].n > 0,
+      5_000,
+    );
+    // A producer adds to key A and commits meanwhile (A's row is free: it does not wait).
+    const a2 = await q.enqueue('lost-decrement', { n: 'a2' }, { orderingKey: 'A' });
+    await holder.query('COMMIT');
+    await waitForStatus(q, a1, 'succeeded', 5_000);
+    await waitForStatus(q, a2, 'succeeded', 5_000);
+    await waitFor(async () => (await keyCount('lost-decrement', 'A')) === null); // forgotten: nothing left of the key
+  } finally {
+    await holder.query('ROLLBACK').catch(() => {});
+    holder.release();
+  }
+});
+
+test('producers racing completions of a few hot keys: every job runs and the key counts stay exact', async () => {
+  const q = fx.make({ pollIntervalMs: 100 });
+  q.work('hot-keys', async () => {}, { concurrency: 8 });
+  await q.start();
+  const keys = ['A', 'B', 'C', 'D'];
+  let enqueued = 0;
+  for (let round = 0; round < 150; round++) {
+    await Promise.all(Array.from({ length: 3 }, () => q.enqueue('hot-keys', {}, { orderingKey: keys[enqueued++ % keys.length] })));
+  }
+  await waitFor(async () => (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'hot-keys' AND status <> 'succeeded'`)).rows[0].n === 0, 30_000);
+  const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.ordering_keys WHERE queue_name = 'hot-keys'`);
+  expect(rows[0].n).toBe(0); // every key forgotten: no count was left one too high
+});
+
+test('handoffs of keys a producer still holds do not hide a free key behind them', async () => {
+  const q = fx.make({ keyHandoffs: { batchSize: 2, intervalMs: 100, retryMs: 50 } });
+  // One at a time, so the heads finish (and their keys are handed off) in the order A, B, C.
+  q.work('hol', async () => {}, { concurrency: 1, prefetch: 0 });
+  await q.start();
+  const holder = await fx.pool.connect();
+  const other = await fx.pool.connect();
+  try {
+    await q.pauseQueue('hol');
+    const heads = await q.enqueueMany(['A', 'B', 'C'].map((k) => ({ queue: 'hol', payload: {}, options: { orderingKey: k } })));
+    // A long producer transaction (a bulk import) holds A's and B's rows; another briefly holds C's.
+    await holder.query('BEGIN');
+    await q.enqueueMany(['A', 'B'].map((k) => ({ queue: 'hol', payload: {}, options: { orderingKey: k } })), { client: holder });
+    await other.query('BEGIN');
+    const [c2] = await q.enqueueMany([{ queue: 'hol', payload: {}, options: { orderingKey: 'C' } }], { client: other });
+    await q.resumeQueue('hol');
+    for (const id of heads) await waitForStatus(q, id, 'succeeded', 5_000);
+    await other.query('COMMIT'); // C's row is free again; A's and B's are not
+    await waitForStatus(q, c2!, 'succeeded', 5_000);
+  } finally {
+    await holder.query('ROLLBACK').catch(() => {});
+    await other.query('ROLLBACK').catch(() => {});
+    holder.release();
+    other.release();
+  }
+});

@@ -213,3 +213,61 @@ test('D18: retryable SQLSTATEs from a handler (inside ctx.complete too) are tran
     expect(codes[0]).toBe(`SQLSTATE_${c.state}`);
   }
 });
+
+test('a heartbeat inside ctx.complete whose transaction rolls back does not extend the local lease', async () => {
+  const q = fx.make({ reaper: { intervalMs: 50 }, scheduler: { intervalMs: 20 } });
+  let running = 0;
+  let maxRunning = 0;
+  const problems: string[] = [];
+  q.work('hb-rollback', async (job, ctx) => {
+    running += 1;
+    maxRunning = Math.max(maxRunning, running);
+    try {
+      if (ctx.attempt > 1) return;
+      await sleep(450); // past a third of the lease: the heartbeat writes
+      await ctx
+        .complete(async () => {
+          await ctx.heartbeat(); // through the completion's transaction
+          throw new Error('the work failed'); // the transaction rolls back, and the renewal with it
+        })
+        .catch(() => {});
+      // The handler goes on (a fallback path), honouring its signal: it must be aborted before
+      // the database's lease (not renewed) runs out.
+      while (!ctx.signal.aborted) {
+        const { rows } = await fx.pool.query(`SELECT lease_expires_at < clock_timestamp() AS expired, status FROM pgqueue.jobs WHERE id = $1`, [job.id]);
+        if (rows[0].expired || rows[0].status !== 'running') problems.push(JSON.stringify(rows[0]));
+        await sleep(25);
+      }
+    } finally {
+      running -= 1;
+    }
+  }, { leaseMs: 1_000, abortMarginMs: 200, concurrency: 2, backoff: { baseMs: 0, maxMs: 0 } });
+  await q.start();
+  const id = await q.enqueue('hb-rollback', {});
+  await waitFor(async () => (await q.getJob(id))?.status === 'succeeded' && running === 0, 10_000);
+  expect(problems).toEqual([]);
+  expect(maxRunning).toBe(1);
+});
+
+test('an enqueue inside ctx.complete to a queue this process has not seen reads on the transaction, not on a second pool connection', async () => {
+  await fx.pool.query(`INSERT INTO pgqueue.queues (name) VALUES ('declared-elsewhere')`);
+  const errors: string[] = [];
+  const q = fx.make({ poolSize: 2, statementTimeoutMs: 1_000 });
+  let inside = 0;
+  q.work('enqueue-in-tx', async (_job, ctx) => {
+    try {
+      await ctx.complete(async (tx) => {
+        inside += 1;
+        await waitFor(() => inside >= 2, 2_000).catch(() => {}); // both handlers hold their connection
+        await q.enqueue('declared-elsewhere', {}, { client: tx });
+      });
+    } catch (error) {
+      errors.push((error as Error).message);
+      throw error;
+    }
+  }, { concurrency: 2 });
+  await q.start();
+  const ids = await q.enqueueMany([{ queue: 'enqueue-in-tx', payload: {} }, { queue: 'enqueue-in-tx', payload: {} }]);
+  for (const id of ids) await waitForStatus(q, id, 'succeeded', 10_000);
+  expect(errors).toEqual([]);
+});

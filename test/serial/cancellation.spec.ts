@@ -1,4 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { createQueries } from '../../lib/engine/sql.js';
+import { explainStatement } from '../support/claim-plan.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
@@ -70,4 +72,26 @@ test('D10: a cancel reaches an obedient handler within a poll interval without N
   await operator.cancel(id, { actor: 'operator' });
   await waitFor(() => abortedAt > 0, 10 * pollIntervalMs);
   expect(abortedAt - cancelledAt).toBeLessThan(3 * pollIntervalMs);
+});
+
+test("a cancelled attempt's end is found by the job's primary key, even after a mass cancel with stale statistics", async () => {
+  await fx.pool.query(`INSERT INTO pgqueue.queues (name) VALUES ('mass-cancel') ON CONFLICT DO NOTHING`);
+  await fx.pool.query(`INSERT INTO pgqueue.jobs (queue_name, payload, status, lease_owner, lease_token, lease_expires_at, deadline_at, max_runtime_ms)
+                       SELECT 'mass-cancel', '{}', 'running', 'w', 1, now() + interval '1 hour', now() + interval '1 hour', 60000 FROM generate_series(1, 50000)`);
+  await fx.pool.query('ANALYZE pgqueue.jobs');
+  // An operator cancels them all; no ANALYZE since: the planner thinks few are cancelled.
+  await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', finished_at = now() WHERE queue_name = 'mass-cancel'`);
+  const [{ id }] = (await fx.pool.query(`SELECT id::text FROM pgqueue.jobs WHERE queue_name = 'mass-cancel' ORDER BY id DESC LIMIT 1`)).rows;
+  const queries = createQueries('pgqueue');
+  const client = await fx.pool.connect();
+  try {
+    for (const mode of ['custom', 'generic'] as const) {
+      const plan = await explainStatement(client, queries.endCancelledAttempt, [id, 'w', '1'], 'jobs_pkey', mode);
+      expect(plan.scans, mode).toEqual(['Index Scan on jobs_pkey']);
+      expect(plan.jobsBuffers, mode).toBeLessThanOrEqual(10);
+    }
+  } finally {
+    client.release();
+    await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'mass-cancel'`);
+  }
 });

@@ -180,8 +180,12 @@ test('D12: an explicit abort margin over half the maximum runtime is refused whe
 test('D3: prefetched jobs do not spend their lease or an attempt in the buffer (prefetch = concurrency, 2 s handler, 3 s lease)', async () => {
   const q = fx.make();
   let runs = 0;
-  q.work('buffered', async (_job, ctx) => {
+  const deadlines: string[] = [];
+  q.work('buffered', async (job, ctx) => {
     runs += 1;
+    // The handler sees the deadline its attempt really has (a start renewal moves it).
+    const { rows } = await fx.pool.query(`SELECT deadline_at FROM pgqueue.jobs WHERE id = $1`, [job.id]);
+    if (rows[0].deadline_at.getTime() !== job.deadlineAt.getTime()) deadlines.push(`${job.id}: ${job.deadlineAt.toISOString()} vs ${rows[0].deadline_at.toISOString()}`);
     await sleep(2_000);
     if (ctx.signal.aborted) throw ctx.signal.reason;
   }, { concurrency: 10, prefetch: 10, leaseMs: 3_000, maxAttempts: 3 });
@@ -190,6 +194,7 @@ test('D3: prefetched jobs do not spend their lease or an attempt in the buffer (
   for (const id of ids) await waitForStatus(q, id, 'succeeded', 30_000);
   // Every job ran once, on its first attempt: none was aborted, retried or reaped for the time it waited.
   expect(runs).toBe(20);
+  expect(deadlines).toEqual([]);
   const { rows } = await fx.pool.query(`SELECT attempt_count, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'buffered' GROUP BY 1`);
   expect(rows).toEqual([{ attempt_count: 1, n: 20 }]);
   expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_events e JOIN pgqueue.jobs j ON j.id = e.job_id WHERE j.queue_name = 'buffered'`)).rows[0].n).toBe(0);

@@ -49,7 +49,9 @@ test('2. crash (SIGKILL) after the claim commits, before processing: the lease e
   // its buffer. All four are claimed, none is processed, then A dies.
   const a = await fx.startWorker({
     name: 'claim-then-die',
-    queues: [{ name: 'after-claim', behaviour: { kind: 'hang' }, options: fast({ concurrency: 2, prefetch: 2 }) }],
+    // A 3 s lease: the buffered jobs of a live worker are handed back as their lease nears its end,
+    // which must not happen before the kill on a loaded machine.
+    queues: [{ name: 'after-claim', behaviour: { kind: 'hang' }, options: fast({ concurrency: 2, prefetch: 2, leaseMs: 3_000 }) }],
     reaper: false,
   });
   const ids = await fx.enqueue('after-claim', 4);
@@ -308,7 +310,9 @@ test('6. retries exhausted (by crashes, and by failures): a visible dead row wit
   const mass = await fx.enqueue('exhausted-mass', 120, () => ({}), { maxAttempts: 1 });
   const doomed = await fx.startWorker({
     name: 'mass-doomed',
-    queues: [{ name: 'exhausted-mass', behaviour: { kind: 'hang' }, options: fast({ concurrency: 60, prefetch: 60 }) }],
+    // No buffer: a buffered job whose lease nears its end is handed back (and claimed again) by a
+    // live worker, which on a loaded machine could happen before the kill and split the batch.
+    queues: [{ name: 'exhausted-mass', behaviour: { kind: 'hang' }, options: fast({ concurrency: 120, prefetch: 0 }) }],
     reaper: false,
   });
   await waitFor(async () => (await runningOwnedBy('exhausted-mass', doomed.workerId)) === 120, 15_000);
