@@ -41,6 +41,12 @@ export async function transaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) 
   const client = await pool.connect();
   const bounded = (text: string) => ({ text, query_timeout: options.statementTimeoutMs + CLIENT_TIMEOUT_SLACK_MS }) as pg.QueryConfig;
   let broken: Error | undefined;
+  // A checked-out client has no 'error' listener of the pool's (pool.query adds one, connect()
+  // does not), and pg emits 'error' when the socket fails, even while a statement waits: without
+  // this, a connection reset inside a transaction ended the process. The statements fail with the
+  // same error; the client is destroyed at release.
+  const onError = (error: Error) => void (broken ??= error);
+  client.on('error', onError);
   try {
     // One round trip; the value is a validated integer (SET cannot take a parameter).
     await client.query(bounded(`BEGIN; SET LOCAL statement_timeout = ${Math.trunc(options.statementTimeoutMs)}`));
@@ -52,6 +58,7 @@ export async function transaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) 
     else await client.query(bounded('ROLLBACK')).catch((rollbackFailed: Error) => (broken = rollbackFailed));
     throw error;
   } finally {
+    client.off('error', onError);
     client.release(broken);
   }
 }

@@ -1,3 +1,6 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { transaction } from '../../lib/engine/db.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
 
@@ -59,4 +62,35 @@ test('D5: a claim on a connection that went silent fails after statementTimeoutM
   const second = await observer.enqueue('d5', {});
   await waitForStatus(observer, second, 'succeeded', 10_000);
   expect(done).toEqual([first, second]);
+});
+
+test('a connection that breaks inside an engine transaction fails the transaction, instead of an uncaught "error" event that would end the process', async () => {
+  const pool = new pg.Pool({ connectionString: viaProxy(), max: 2 });
+  pool.on('error', () => {});
+  const uncaught: unknown[] = [];
+  const onUncaught = (error: unknown) => void uncaught.push(error);
+  // Vitest's own handler stays: this one only records what reached the process.
+  process.on('uncaughtException', onUncaught);
+  try {
+    const failure = await transaction(
+      pool,
+      async (client) => {
+        proxy.cut(); // between two statements: no query is waiting for this connection's error
+        await sleep(100);
+        await client.query('SELECT 1');
+      },
+      { statementTimeoutMs: 1_000 },
+    ).then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(failure).toBeInstanceOf(Error);
+    expect(uncaught).toEqual([]);
+    proxy.heal();
+    // The broken client was not handed back: the pool's next transaction works.
+    expect(await transaction(pool, async (client) => (await client.query<{ n: number }>('SELECT 1 AS n')).rows[0]!.n, { statementTimeoutMs: 1_000 })).toBe(1);
+  } finally {
+    process.off('uncaughtException', onUncaught);
+    await pool.end();
+  }
 });
