@@ -38,6 +38,8 @@ export {
   PermanentJobError,
   RetryableJobError,
   JobStateError,
+  DatabaseUnavailableError,
+  DatabaseTimeoutError,
   type FenceLossReason,
 } from './errors.js';
 export { renderPrometheus } from './prometheus.js';

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { transaction } from '../../lib/engine/db.js';
+import { PgQueueError } from '../../lib/engine/index.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
 
@@ -92,5 +93,23 @@ test('a connection that breaks inside an engine transaction fails the transactio
   } finally {
     process.off('uncaughtException', onUncaught);
     await pool.end();
+  }
+});
+
+test('public calls of a running engine whose connections are cut reject with DATABASE_UNAVAILABLE, not the driver error', async () => {
+  const q = fx.make({ connectionString: viaProxy(), listenConnectionString: fx.url });
+  q.work('cut-calls', async () => {});
+  await q.start();
+  const id = await q.enqueue('cut-calls', {});
+  proxy.cut();
+  const target = `127.0.0.1:${proxy.port}/${new URL(fx.url).pathname.slice(1)}`;
+  for (const call of [() => q.getJob(id), () => q.enqueue('cut-calls', {}), () => q.cancel(id), () => q.stats(), () => q.listDead()]) {
+    const error = await call().then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(error).toBeInstanceOf(PgQueueError);
+    expect(error).toMatchObject({ code: 'DATABASE_UNAVAILABLE' });
+    expect(error!.message).toContain(target);
   }
 });
