@@ -10,6 +10,7 @@ export type { PgQueueOptions } from './options.js';
 import { describeTarget, run, runReleasingKeys, targetOf, type Queryable, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
 import { isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
+import { LogThrottle } from './log-throttle.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
 import { EngineMetrics } from './metrics.js';
 import { migrate, type MigrationMode, type MigrationReport } from './migrator.js';
@@ -163,6 +164,8 @@ export interface JobEffectRecord {
 
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
 const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
+/** The pool's idle connections failing, as a kind of failure in the LogThrottle. */
+const IDLE_POOL_CONNECTION = 'Idle pool connection';
 /** NOTIFY payload that wakes schedulers (queue names cannot start with '*'). */
 const SCHEDULER_TOPIC = '*scheduled';
 /** NOTIFY topic of a cancelled running job (payload `*cancel:<id>`, sent by the cancel statement). */
@@ -201,6 +204,8 @@ export class PgQueue {
   private readonly knownQueues = new Set<string>();
   private readonly unsubscribe: (() => void)[] = [];
   private readonly logger: EngineLogger;
+  /** Every failure that repeats while the database is away is logged through this, bounded. */
+  private readonly failures: LogThrottle;
   private readonly migrationMode: MigrationMode;
   private readonly pollIntervalMs: number;
   private readonly wakeCooldownMs: number;
@@ -234,6 +239,7 @@ export class PgQueue {
     this.wakeCooldownMs = options.wakeCooldownMs;
     this.maxFreeReleases = options.maxFreeReleases;
     const { maxPayloadBytes, statementTimeoutMs } = options;
+    this.failures = new LogThrottle(this.logger, options.failureLogIntervalMs);
     this.handlerDefaults = options.handlerDefaults;
 
     this.ownsPool = options.pool === undefined;
@@ -249,7 +255,8 @@ export class PgQueue {
         keepAliveInitialDelayMillis: KEEPALIVE_INITIAL_DELAY_MS,
         connectionTimeoutMillis: statementTimeoutMs,
       });
-    if (this.ownsPool) this.pool.on('error', (error) => this.logger.warn(`Idle pool connection failed: ${error.message}`));
+    // Every idle connection fails at once when the database goes away: one kind, bounded.
+    if (this.ownsPool) this.pool.on('error', (error) => this.failures.failed(IDLE_POOL_CONNECTION, error.message, 'warn'));
 
     this.callContext = { target: describeTarget((this.pool as unknown as { options: pg.ClientConfig }).options), statementTimeoutMs };
     this.queries = createQueries(this.schema, { statementTimeoutMs });
@@ -260,13 +267,13 @@ export class PgQueue {
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
     // The probe goes the producers' way (the pool), so a listener that cannot hear them is caught.
     const sendProbe = (payload: string) => run(this.pool, this.queries.notify, [channel, payload]);
-    this.notifier = new Notifier(listenConfig, channel, sendProbe, this.logger, options.notifier);
-    this.scheduler = new Scheduler(this.pool, this.queries, channel, this.logger, options.scheduler);
-    this.keyHandoffs = new KeyHandoffs(this.pool, this.queries, channel, this.logger, options.keyHandoffs);
+    this.notifier = new Notifier(listenConfig, channel, sendProbe, this.logger, this.failures, options.notifier);
+    this.scheduler = new Scheduler(this.pool, this.queries, channel, this.failures, options.scheduler);
+    this.keyHandoffs = new KeyHandoffs(this.pool, this.queries, channel, this.failures, options.keyHandoffs);
     const keysDeferred = () => this.keyHandoffs.wake();
     this.keysDeferred = keysDeferred;
-    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
-    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, options.pruner);
+    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
+    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, this.failures, options.pruner);
     this.completer = new Completer(this.pool, this.queries, this.workerId, channel, options.completer, keysDeferred);
     this.producer = new Producer({
       db: this.pool,
@@ -319,7 +326,10 @@ export class PgQueue {
       const withWorkers = options.workers ?? true;
       if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
       // A connection the pool opens means the database is back: the listener need not wait out its backoff.
-      const databaseReachable = () => this.notifier.databaseReachable();
+      const databaseReachable = () => {
+        this.failures.recovered(IDLE_POOL_CONNECTION);
+        this.notifier.databaseReachable();
+      };
       this.pool.on('connect', databaseReachable);
       this.unsubscribe.push(() => this.pool.off('connect', databaseReachable));
       await this.notifier.start();
@@ -347,6 +357,7 @@ export class PgQueue {
             completer: this.completer,
             metrics: this.metrics,
             logger: this.logger,
+            failures: this.failures,
             pollIntervalMs: this.pollIntervalMs,
             maxFreeReleases: this.maxFreeReleases,
             wakeCooldownMs: this.wakeCooldownMs,
@@ -379,6 +390,7 @@ export class PgQueue {
       await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.keyHandoffs.stop(), this.pruner?.stop(), this.notifier.stop()]);
     }
     this.metrics.complete();
+    this.failures.flush();
     // pool.end() waits for every checked-out connection; one stuck on a dead network would hang it.
     if (this.ownsPool && !(await settlesWithin(this.pool.end(), timeoutMs))) {
       this.logger.warn(`The pool did not close within ${timeoutMs} ms (a connection is stuck); giving up on it.`);
