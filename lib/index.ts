@@ -35,6 +35,8 @@ export {
   PermanentJobError,
   RetryableJobError,
   JobStateError,
+  DatabaseUnavailableError,
+  DatabaseTimeoutError,
   type Job,
   type JobContext,
   type JobStatus,

@@ -1,10 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { checkHealth, PgQueue, type HealthReport } from './engine/index.js';
+import { checkHealth, DatabaseTimeoutError, DatabaseUnavailableError, PgQueue, type HealthReport } from './engine/index.js';
 import type { PgQueueHealthOptions } from './interfaces/index.js';
 import { PG_QUEUE_RUNTIME_CONFIG } from './nest/pg-queue.providers.js';
 import { resolveHealthOptions, type ModuleRuntimeConfig } from './nest/pg-queue.options.js';
 import { HEALTH_KEY_DEFAULT, PG_QUEUE_ENGINE } from './pg-queue.constants.js';
-import { HEALTH_FAILED, HEALTH_NO_ANSWER } from './pg-queue.messages.js';
+import { HEALTH_FAILED, HEALTH_NO_ANSWER, HEALTH_UNREACHABLE } from './pg-queue.messages.js';
 
 /** What the check found, beside its status. */
 export type PgQueueHealthDetails = {
@@ -65,7 +65,14 @@ export class PgQueueHealthIndicator {
     try {
       report = await withTimeout(checkHealth(this.engine, limits), limits.timeoutMs);
     } catch (error) {
-      const problem = error instanceof HealthTimeout ? HEALTH_NO_ANSWER(limits.timeoutMs) : HEALTH_FAILED((error as Error).message);
+      const problem =
+        error instanceof HealthTimeout
+          ? HEALTH_NO_ANSWER(limits.timeoutMs)
+          : error instanceof DatabaseUnavailableError
+            ? HEALTH_UNREACHABLE(error.target, error.reason)
+            : error instanceof DatabaseTimeoutError
+              ? HEALTH_NO_ANSWER(error.timeoutMs)
+              : HEALTH_FAILED((error as Error).message);
       return result({ status: 'down', problems: [problem], oldestClaimableAgeMs: null, oldestClaimableQueue: null, listener: null });
     }
     let oldest: { queue: string; ageMs: number } | undefined;

@@ -44,4 +44,6 @@ export const DRAIN_TIMEOUT = (timeoutMs: number, left: string) => `drainQueues: 
 
 export const HEALTH_NO_ANSWER = (timeoutMs: number) => `the database did not answer the health check within ${timeoutMs} ms`;
 
+export const HEALTH_UNREACHABLE = (target: string, reason: string) => `the database at ${target} cannot be reached (${reason})`;
+
 export const HEALTH_FAILED = (message: string) => `the health check could not read the queue: ${message.slice(0, 300)}`;

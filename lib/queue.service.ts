@@ -48,6 +48,11 @@ export type StatsOptions = NonNullable<Parameters<PgQueue['stats']>[0]>;
  * `JobStateError` with a code (`JOB_NOT_FOUND`, `JOB_NOT_DEAD`, `JOB_NOT_CANCELLABLE`,
  * `JOB_NOT_FINISHED`, `QUEUE_NOT_FOUND`); bad arguments throw `InvalidOptionError`.
  *
+ * While the database cannot be reached, every method rejects with `DatabaseUnavailableError`
+ * (`DATABASE_UNAVAILABLE`, the target named, the driver's error as `cause`); a statement that waited
+ * out `statementTimeoutMs` (a transaction holding the job's row) rejects with `DatabaseTimeoutError`
+ * (`DATABASE_TIMEOUT`). Never the driver's raw error.
+ *
  * @publicApi
  */
 @Injectable()

@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import pg from 'pg';
 import { isConnectionError } from './pg-errors.js';
 import { CLIENT_TIMEOUT_SLACK_MS, type Queries, type QueryText } from './sql.js';
 
@@ -41,6 +41,12 @@ export async function transaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) 
   const client = await pool.connect();
   const bounded = (text: string) => ({ text, query_timeout: options.statementTimeoutMs + CLIENT_TIMEOUT_SLACK_MS }) as pg.QueryConfig;
   let broken: Error | undefined;
+  // A checked-out client has no 'error' listener of the pool's (pool.query adds one, connect()
+  // does not), and pg emits 'error' when the socket fails, even while a statement waits: without
+  // this, a connection reset inside a transaction ended the process. The statements fail with the
+  // same error; the client is destroyed at release.
+  const onError = (error: Error) => void (broken ??= error);
+  client.on('error', onError);
   try {
     // One round trip; the value is a validated integer (SET cannot take a parameter).
     await client.query(bounded(`BEGIN; SET LOCAL statement_timeout = ${Math.trunc(options.statementTimeoutMs)}`));
@@ -52,6 +58,7 @@ export async function transaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) 
     else await client.query(bounded('ROLLBACK')).catch((rollbackFailed: Error) => (broken = rollbackFailed));
     throw error;
   } finally {
+    client.off('error', onError);
     client.release(broken);
   }
 }
@@ -100,4 +107,25 @@ export async function runReleasingKeys<R extends pg.QueryResultRow & ReleasedKey
 export async function promoteReleasedKeys(client: Queryable, queries: Queries, channel: string, released: ReleasedKeys | undefined): Promise<boolean> {
   if (released?.key_queues?.length) await run(client, queries.promoteKeyHeads, [released.key_queues, released.key_names, channel]);
   return (released?.keys_deferred ?? 0) > 0;
+}
+
+/**
+ * `host:port/database` of connection settings, as pg itself resolves them (a connection string,
+ * separate fields, PG* environment variables, its defaults), for messages: never the user or the
+ * password. A pool's settings and a client's alike.
+ */
+export function describeTarget(config: pg.ClientConfig): string {
+  try {
+    // Constructing a client only resolves its settings; it connects nothing.
+    return targetOf(new pg.Client(config)) ?? 'the configured database';
+  } catch {
+    return 'the configured database';
+  }
+}
+
+/** The target of a connection that says where it goes (a pg.Client or PoolClient does), else undefined. */
+export function targetOf(db: Queryable): string | undefined {
+  const { host, port, database } = db as { host?: unknown; port?: unknown; database?: unknown };
+  if (typeof host !== 'string' || typeof port !== 'number') return undefined;
+  return `${host.includes(':') ? `[${host}]` : host}:${port}/${typeof database === 'string' ? database : ''}`;
 }

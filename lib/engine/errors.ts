@@ -175,3 +175,69 @@ export class JobStateError extends PgQueueError {
     super(message);
   }
 }
+
+/**
+ * The database cannot be reached: no connection could be opened, or the one in use broke during
+ * the call (the server is down or restarting, the network is cut, `max_connections` is reached).
+ * Nothing is wrong with the call itself: try it again once the database is back. `cause` is the
+ * driver's error. The message names the target (`host:port/database`), never credentials.
+ */
+export class DatabaseUnavailableError extends PgQueueError {
+  readonly code = 'DATABASE_UNAVAILABLE';
+  /** The driver's error in a few words ("connect ECONNREFUSED 10.0.0.5:5432"). */
+  readonly reason: string;
+
+  constructor(
+    /** `host:port/database`, as the connection settings resolve it. */
+    readonly target: string,
+    cause: unknown,
+  ) {
+    const reason = reasonOf(cause);
+    super(
+      `The database at ${target} cannot be reached (${reason}). ` +
+        'Check that PostgreSQL is running and accepts connections from this host at that address (network, firewall, max_connections), then try again. ' +
+        'A write whose connection broke during the call may have been applied: read it back before repeating it.',
+      { cause },
+    );
+    this.reason = reason;
+  }
+}
+
+/**
+ * A statement did not finish within `statementTimeoutMs`. Usually a transaction holds the row the
+ * call needs (a producer's or an operator's open transaction, a handler's `ctx.complete`), or the
+ * database is overloaded. `cancelled`: the database cancelled the statement (SQLSTATE 57014), so
+ * nothing was changed; otherwise the client stopped waiting and the statement may still be applied
+ * once the row is free.
+ */
+export class DatabaseTimeoutError extends PgQueueError {
+  readonly code = 'DATABASE_TIMEOUT';
+
+  constructor(
+    readonly timeoutMs: number,
+    readonly cancelled: boolean,
+    cause: unknown,
+  ) {
+    super(
+      cancelled
+        ? `The statement did not finish within statementTimeoutMs (${formatMs(timeoutMs)}) and the database cancelled it, so nothing was changed: ` +
+            "a transaction may hold the job's row (an open transaction of a producer or an operator, a handler's ctx.complete), or the database is overloaded. " +
+            'pg_locks and pg_stat_activity show who holds it; try again once it is released.'
+        : `The database did not answer within statementTimeoutMs (${formatMs(timeoutMs)}) and a second of slack, so the call stopped waiting: ` +
+            "a transaction may hold the job's row (an open transaction of a producer or an operator, a handler's ctx.complete), the database is overloaded, or the connection went silent. " +
+            'The statement may still be applied once the row is free: read the job back before trying again.',
+      { cause },
+    );
+  }
+}
+
+/** A driver error in a few words (a Node connect error to several addresses has an empty message, only a code). */
+function reasonOf(cause: unknown): string {
+  const { message, code } = (cause ?? {}) as { message?: unknown; code?: unknown };
+  const text = typeof message === 'string' && message !== '' ? message : typeof code === 'string' ? code : String(cause);
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
+}
+
+function formatMs(ms: number): string {
+  return ms >= 1_000 ? `${Number((ms / 1_000).toFixed(1))} s` : `${ms} ms`;
+}

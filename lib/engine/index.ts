@@ -20,6 +20,7 @@ export { EFFECT_RESULT_MAX_BYTES, type EffectOptions, type Reconciliation } from
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';
+export { FAILURE_LOG_INTERVAL_MS } from './log-throttle.js';
 export { EngineMetrics, HISTOGRAM_BUCKETS_MS, type JobEvent, type CounterName, type HistogramName, type HistogramSnapshot, type Labels } from './metrics.js';
 export { PRUNER_DEFAULTS, type PrunerConfig } from './pruner.js';
 export { HANDLER_DEFAULTS, type WorkerHooks } from './worker.js';
@@ -38,6 +39,8 @@ export {
   PermanentJobError,
   RetryableJobError,
   JobStateError,
+  DatabaseUnavailableError,
+  DatabaseTimeoutError,
   type FenceLossReason,
 } from './errors.js';
 export { renderPrometheus } from './prometheus.js';

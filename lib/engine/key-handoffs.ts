@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { integer, resolveSection, section, timerMs } from './config.js';
 import { runReleasingKeys, type ReleasedKeys } from './db.js';
-import type { EngineLogger } from './logger.js';
+import type { LogThrottle } from './log-throttle.js';
 import { PeriodicRunner } from './service.js';
 import type { Queries } from './sql.js';
 
@@ -42,7 +42,7 @@ export class KeyHandoffs {
     private readonly pool: pg.Pool,
     private readonly queries: Queries,
     private readonly channel: string,
-    private readonly logger: EngineLogger,
+    failures: LogThrottle,
     config?: Partial<KeyHandoffsConfig>,
   ) {
     this.config = resolveSection(KEY_HANDOFFS_OPTIONS, config, 'keyHandoffs');
@@ -50,10 +50,7 @@ export class KeyHandoffs {
     this.runner = new PeriodicRunner(
       () => this.runOnce(),
       () => this.nextDelayMs,
-      (error) => {
-        this.nextDelayMs = this.config.retryMs;
-        this.logger.error(`Key handoff pass failed: ${(error as Error).message}`);
-      },
+      { log: failures, what: 'Key handoff pass', onError: () => (this.nextDelayMs = this.config.retryMs) },
     );
   }
 

@@ -38,6 +38,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { InvalidOptionError, MigrationError } from './errors.js';
 import { DEFAULT_SCHEMA, quoteIdentifier, validateSchemaName } from './identifiers.js';
+import { isConnectionError } from './pg-errors.js';
 
 /** `auto` applies pending files; `verify` applies nothing and fails when any is pending; `off` does nothing. */
 export type MigrationMode = 'auto' | 'verify' | 'off';
@@ -253,9 +254,18 @@ function isPool(db: MigrationTarget): db is pg.Pool {
   return typeof db === 'object' && db !== null && typeof (db as pg.Pool).connect === 'function' && typeof (db as pg.Pool).query === 'function';
 }
 
+/**
+ * A connection that ends while it is ours (a restart, a terminated backend) also emits 'error'
+ * (pg does so when it ends outside a query, as it does while a ROLLBACK waits to be sent), and a
+ * pool's checked-out client has no listener for it: the process would die of an uncaught 'error'.
+ * The statements in flight fail with the same error, and that is what the caller is told.
+ */
+const ignoreConnectionError = () => {};
+
 async function withClient<T>(db: MigrationTarget, run: (client: pg.ClientBase) => Promise<T>): Promise<T> {
   if (isPool(db)) {
     const client = await db.connect();
+    client.on('error', ignoreConnectionError);
     let broken: Error | undefined;
     try {
       return await run(client);
@@ -264,10 +274,12 @@ async function withClient<T>(db: MigrationTarget, run: (client: pg.ClientBase) =
       if (error instanceof ConnectionBroken) broken = error;
       throw error instanceof ConnectionBroken ? error.original : error;
     } finally {
+      client.off('error', ignoreConnectionError);
       client.release(broken);
     }
   }
   const client = new pg.Client(typeof db === 'string' ? { connectionString: db } : db);
+  client.on('error', ignoreConnectionError);
   await client.connect();
   try {
     return await run(client);
@@ -392,7 +404,9 @@ async function applyFile(
 }
 
 function failure(schema: string, file: MigrationFile, step: 'bookkeeping' | 'file', error: unknown): unknown {
-  if (error instanceof MigrationError) return error;
+  // A lost connection says nothing about the file or the user's rights: it stays what it is (the
+  // engine reports it as DatabaseUnavailableError), instead of sending the reader to fix the file.
+  if (error instanceof MigrationError || isConnectionError(error)) return error;
   const message = error instanceof Error ? error.message : String(error);
   if (step === 'file') {
     const position = Number((error as { position?: unknown }).position);

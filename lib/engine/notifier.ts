@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { requireInteger, resolveSection, section, TIMER_MAX_MS, timerMs } from './config.js';
 import { quoteIdentifier } from './identifiers.js';
+import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 
 export interface NotifierConfig {
@@ -45,6 +46,9 @@ export const NOTIFIER_OPTIONS = section<NotifierConfig>(
  * session that cannot hear.
  */
 export const DEAF_ATTEMPTS_BEFORE_WARNING = 3;
+
+/** The listener's kind of failure in the LogThrottle, and the subject of its lines. */
+const LISTENER = 'Listener connection';
 
 /** NOTIFY topic of the listener's own probe (payload `*probe:<notifier>.<n>`): wakes nothing. */
 const PROBE_TOPIC = '*probe';
@@ -101,6 +105,7 @@ export class Notifier {
     private readonly channel: string,
     private readonly sendProbe: ProbeSender,
     private readonly logger: EngineLogger,
+    private readonly failures: LogThrottle,
     config?: Partial<NotifierConfig>,
   ) {
     this.config = resolveSection(NOTIFIER_OPTIONS, config, 'notifier');
@@ -253,9 +258,7 @@ export class Notifier {
     this.deafAttempts = 0;
     this.lastFailure = undefined;
     if (this.downSinceMs === undefined) return;
-    if (this.reconnectDelayMs > this.config.reconnectMinMs) {
-      this.logger.log(`Listener reconnected after ${Date.now() - this.downSinceMs} ms.`);
-    }
+    this.failures.recovered(LISTENER);
     this.downSinceMs = undefined;
     this.reconnectDelayMs = this.config.reconnectMinMs;
     this.settle();
@@ -277,8 +280,12 @@ export class Notifier {
     this.settle();
     if (this.stopped) return;
     // Once the deaf session has been explained, its every reconnect is no news: logged, not warned.
+    // Bounded: during an outage it fails at every step of its backoff.
     const level = why === 'deaf' && this.warnedDeaf ? 'log' : 'warn';
-    this.logger[level](
+    this.failures.failed(
+      LISTENER,
+      reason ?? 'it ended',
+      level,
       `Listener connection lost${reason ? ` (${reason})` : ''}; reconnecting in ${this.reconnectDelayMs} ms. Workers keep polling meanwhile.`,
     );
     if (this.deafAttempts >= DEAF_ATTEMPTS_BEFORE_WARNING && !this.warnedDeaf) {

@@ -2,6 +2,7 @@ import { COMPLETER_OPTIONS, type CompleterConfig } from './completer.js';
 import { integer, nested, oneOf, opaque, section, string, TIMER_MAX_MS, timerMs } from './config.js';
 import { DEFAULT_SCHEMA } from './identifiers.js';
 import { KEY_HANDOFFS_OPTIONS, type KeyHandoffsConfig } from './key-handoffs.js';
+import { FAILURE_LOG_INTERVAL_MS } from './log-throttle.js';
 import { MIGRATION_MODE_DEFAULT, MIGRATION_MODES } from './migrator.js';
 import { NOTIFIER_OPTIONS, type NotifierConfig } from './notifier.js';
 import type pg from 'pg';
@@ -59,6 +60,12 @@ export interface PgQueueOptions {
    * pooling. Migrations are not bounded by it.
    */
   statementTimeoutMs?: number;
+  /**
+   * A failure that repeats while the database is away (a claim, a maintenance pass, the listener,
+   * outcome writes) is logged once per this interval per kind, with a count, and once more when it
+   * works again (default 30 s). 0 logs every failure.
+   */
+  failureLogIntervalMs?: number;
   logger?: EngineLogger;
 }
 
@@ -76,7 +83,7 @@ export const MAX_FREE_RELEASES_DEFAULT = 3;
 
 /** What the engine's constructor works with: every option with a default has its value. */
 export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'handlerDefaults'> &
-  Required<Pick<PgQueueOptions, 'poolSize' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs'>> & {
+  Required<Pick<PgQueueOptions, 'poolSize' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs'>> & {
     reaper: ReaperConfig;
     scheduler: SchedulerConfig;
     pruner: PrunerConfig | false;
@@ -111,6 +118,7 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     keyHandoffs: nested(KEY_HANDOFFS_OPTIONS),
     // The client-side timeout adds CLIENT_TIMEOUT_SLACK_MS, and a timer waits at most TIMER_MAX_MS.
     statementTimeoutMs: integer(100, TIMER_MAX_MS - CLIENT_TIMEOUT_SLACK_MS),
+    failureLogIntervalMs: timerMs(0),
     logger: opaque('object'),
   },
   {
@@ -122,5 +130,6 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     maxPayloadBytes: MAX_PAYLOAD_BYTES_DEFAULT,
     maxFreeReleases: MAX_FREE_RELEASES_DEFAULT,
     statementTimeoutMs: STATEMENT_TIMEOUT_DEFAULT_MS,
+    failureLogIntervalMs: FAILURE_LOG_INTERVAL_MS,
   },
 );

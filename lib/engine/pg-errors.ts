@@ -8,6 +8,8 @@
  * query that hits a restart is retried like the engine's own statements are.
  */
 
+import { DatabaseTimeoutError, DatabaseUnavailableError, PgQueueError } from './errors.js';
+
 /**
  * SQLSTATEs that are transient wherever they are raised, besides classes 08 (connection exception)
  * and 40 (transaction rollback: serialization failure, deadlock). Anything else the server raises
@@ -58,4 +60,29 @@ export function isTransientDatabaseError(error: unknown): boolean {
   const state = sqlState(error);
   if (state !== undefined && (state.startsWith('08') || state.startsWith('40') || TRANSIENT_STATES.has(state))) return true;
   return isConnectionError(error);
+}
+
+/** What a public call's failure is reported against. */
+export interface CallContext {
+  /** `host:port/database` of the connection the call used (see describeTarget in db.ts). */
+  readonly target: string;
+  readonly statementTimeoutMs: number;
+}
+
+/**
+ * A public call's failure as its caller should see it: a statement that ran out of time becomes
+ * DatabaseTimeoutError, a database that cannot be reached DatabaseUnavailableError (each with the
+ * driver's error as `cause`); the library's own errors, and anything else the server said about
+ * the statement or the data, stay as they are. Every SQLSTATE 57014 counts as a timeout: the
+ * engine sets statement_timeout and never cancels its own statements, and the server's message
+ * that would tell a timeout from pg_cancel_backend() is localised.
+ */
+export function toCallError(error: unknown, context: CallContext): unknown {
+  if (error instanceof PgQueueError || error === null || typeof error !== 'object') return error;
+  if (sqlState(error) === '57014') return new DatabaseTimeoutError(context.statementTimeoutMs, true, error);
+  // pg's own query_timeout (statementTimeoutMs + slack): a connection error to the engine's loops,
+  // which retry it, but to a caller it is a statement that did not finish.
+  if ((error as { message?: unknown }).message === 'Query read timeout') return new DatabaseTimeoutError(context.statementTimeoutMs, false, error);
+  if (isConnectionError(error)) return new DatabaseUnavailableError(context.target, error);
+  return error;
 }

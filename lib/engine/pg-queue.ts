@@ -7,16 +7,18 @@ import { requireInteger, resolveSection } from './config.js';
 import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from './options.js';
 
 export type { PgQueueOptions } from './options.js';
-import { run, runReleasingKeys, type Queryable, type ReleasedKeys } from './db.js';
+import { describeTarget, run, runReleasingKeys, targetOf, type Queryable, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
 import { isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
+import { LogThrottle } from './log-throttle.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
 import { EngineMetrics } from './metrics.js';
 import { migrate, type MigrationMode, type MigrationReport } from './migrator.js';
 import { Notifier } from './notifier.js';
+import { toCallError, type CallContext } from './pg-errors.js';
 import { Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
 import { Pruner } from './pruner.js';
-import { Reaper } from './reaper.js';
+import { Reaper, type ReapResult } from './reaper.js';
 import { Scheduler } from './scheduler.js';
 import { settlesWithin } from './service.js';
 import { createQueries, type Queries } from './sql.js';
@@ -162,6 +164,8 @@ export interface JobEffectRecord {
 
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
 const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
+/** The pool's idle connections failing, as a kind of failure in the LogThrottle. */
+const IDLE_POOL_CONNECTION = 'Idle pool connection';
 /** NOTIFY payload that wakes schedulers (queue names cannot start with '*'). */
 const SCHEDULER_TOPIC = '*scheduled';
 /** NOTIFY topic of a cancelled running job (payload `*cancel:<id>`, sent by the cancel statement). */
@@ -200,11 +204,15 @@ export class PgQueue {
   private readonly knownQueues = new Set<string>();
   private readonly unsubscribe: (() => void)[] = [];
   private readonly logger: EngineLogger;
+  /** Every failure that repeats while the database is away is logged through this, bounded. */
+  private readonly failures: LogThrottle;
   private readonly migrationMode: MigrationMode;
   private readonly pollIntervalMs: number;
   private readonly wakeCooldownMs: number;
   private readonly maxFreeReleases: number;
   private readonly keysDeferred: () => void;
+  /** What a failed public call is reported against (see call()). */
+  private readonly callContext: CallContext;
   private state: 'new' | 'started' | 'stopped' = 'new';
 
   constructor(given: PgQueueOptions) {
@@ -231,6 +239,7 @@ export class PgQueue {
     this.wakeCooldownMs = options.wakeCooldownMs;
     this.maxFreeReleases = options.maxFreeReleases;
     const { maxPayloadBytes, statementTimeoutMs } = options;
+    this.failures = new LogThrottle(this.logger, options.failureLogIntervalMs);
     this.handlerDefaults = options.handlerDefaults;
 
     this.ownsPool = options.pool === undefined;
@@ -246,8 +255,10 @@ export class PgQueue {
         keepAliveInitialDelayMillis: KEEPALIVE_INITIAL_DELAY_MS,
         connectionTimeoutMillis: statementTimeoutMs,
       });
-    if (this.ownsPool) this.pool.on('error', (error) => this.logger.warn(`Idle pool connection failed: ${error.message}`));
+    // Every idle connection fails at once when the database goes away: one kind, bounded.
+    if (this.ownsPool) this.pool.on('error', (error) => this.failures.failed(IDLE_POOL_CONNECTION, error.message, 'warn'));
 
+    this.callContext = { target: describeTarget((this.pool as unknown as { options: pg.ClientConfig }).options), statementTimeoutMs };
     this.queries = createQueries(this.schema, { statementTimeoutMs });
     const channel = wakeChannel(this.schema);
     this.channel = channel;
@@ -256,13 +267,13 @@ export class PgQueue {
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
     // The probe goes the producers' way (the pool), so a listener that cannot hear them is caught.
     const sendProbe = (payload: string) => run(this.pool, this.queries.notify, [channel, payload]);
-    this.notifier = new Notifier(listenConfig, channel, sendProbe, this.logger, options.notifier);
-    this.scheduler = new Scheduler(this.pool, this.queries, channel, this.logger, options.scheduler);
-    this.keyHandoffs = new KeyHandoffs(this.pool, this.queries, channel, this.logger, options.keyHandoffs);
+    this.notifier = new Notifier(listenConfig, channel, sendProbe, this.logger, this.failures, options.notifier);
+    this.scheduler = new Scheduler(this.pool, this.queries, channel, this.failures, options.scheduler);
+    this.keyHandoffs = new KeyHandoffs(this.pool, this.queries, channel, this.failures, options.keyHandoffs);
     const keysDeferred = () => this.keyHandoffs.wake();
     this.keysDeferred = keysDeferred;
-    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
-    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, options.pruner);
+    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
+    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, this.failures, options.pruner);
     this.completer = new Completer(this.pool, this.queries, this.workerId, channel, options.completer, keysDeferred);
     this.producer = new Producer({
       db: this.pool,
@@ -276,19 +287,21 @@ export class PgQueue {
 
   /** Applies (or verifies) the migrations according to the `migrations` option. */
   migrate(): Promise<MigrationReport> {
-    return migrate(this.pool, { schema: this.schema, mode: this.migrationMode, logger: this.logger });
+    return this.call(() => migrate(this.pool, { schema: this.schema, mode: this.migrationMode, logger: this.logger }));
   }
 
   /** Declares queues so producers may enqueue to them before any worker has started. */
-  async declareQueues(queues: readonly string[]): Promise<void> {
-    for (const queue of queues) {
-      if (!isQueueName(queue)) {
-        throw new InvalidOptionError('queue', `${JSON.stringify(String(queue).slice(0, 80))} is not a valid queue name`, 'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.');
+  declareQueues(queues: readonly string[]): Promise<void> {
+    return this.call(async () => {
+      for (const queue of queues) {
+        if (!isQueueName(queue)) {
+          throw new InvalidOptionError('queue', `${JSON.stringify(String(queue).slice(0, 80))} is not a valid queue name`, 'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.');
+        }
       }
-    }
-    if (queues.length === 0) return;
-    await run(this.pool, this.queries.declareQueues, [[...queues]]);
-    for (const queue of queues) this.knownQueues.add(queue);
+      if (queues.length === 0) return;
+      await run(this.pool, this.queries.declareQueues, [[...queues]]);
+      for (const queue of queues) this.knownQueues.add(queue);
+    });
   }
 
   /** Registers the handler of a queue (one per queue per process). Call before `start()`. */
@@ -305,52 +318,58 @@ export class PgQueue {
   }
 
   /** Migrates (per mode), declares the handlers' queues, and starts the services. */
-  async start(options: StartOptions = {}): Promise<void> {
-    if (this.state !== 'new') throw new InvalidOptionError('start', `the queue is ${this.state}`, 'Create a new PgQueue to start again.');
-    this.state = 'started';
-    await this.migrate();
-    const withWorkers = options.workers ?? true;
-    if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
-    // A connection the pool opens means the database is back: the listener need not wait out its backoff.
-    const databaseReachable = () => this.notifier.databaseReachable();
-    this.pool.on('connect', databaseReachable);
-    this.unsubscribe.push(() => this.pool.off('connect', databaseReachable));
-    await this.notifier.start();
-    this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
-    this.unsubscribe.push(
-      this.notifier.subscribe(CANCEL_TOPIC, (jobId) => {
-        for (const worker of this.workers.values()) worker.cancelled(jobId);
-      }),
-    );
-    this.scheduler.start();
-    this.keyHandoffs.start();
-    if (options.reaperTimer ?? true) this.reaper.start();
-    if (options.prunerTimer ?? true) this.pruner?.start();
-    if (!withWorkers) return;
-    for (const [queue, { handler, options: handlerOptions, hooks }] of this.handlers) {
-      const worker = new Worker(
-        queue,
-        handler,
-        handlerOptions,
-        {
-          db: this.pool,
-          channel: this.channel,
-          queries: this.queries,
-          owner: this.workerId,
-          completer: this.completer,
-          metrics: this.metrics,
-          logger: this.logger,
-          pollIntervalMs: this.pollIntervalMs,
-          maxFreeReleases: this.maxFreeReleases,
-          wakeCooldownMs: this.wakeCooldownMs,
-          keysDeferred: this.keysDeferred,
-        },
-        hooks,
+  start(options: StartOptions = {}): Promise<void> {
+    return this.call(async () => {
+      if (this.state !== 'new') throw new InvalidOptionError('start', `the queue is ${this.state}`, 'Create a new PgQueue to start again.');
+      this.state = 'started';
+      await this.migrate();
+      const withWorkers = options.workers ?? true;
+      if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
+      // A connection the pool opens means the database is back: the listener need not wait out its backoff.
+      const databaseReachable = () => {
+        this.failures.recovered(IDLE_POOL_CONNECTION);
+        this.notifier.databaseReachable();
+      };
+      this.pool.on('connect', databaseReachable);
+      this.unsubscribe.push(() => this.pool.off('connect', databaseReachable));
+      await this.notifier.start();
+      this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
+      this.unsubscribe.push(
+        this.notifier.subscribe(CANCEL_TOPIC, (jobId) => {
+          for (const worker of this.workers.values()) worker.cancelled(jobId);
+        }),
       );
-      this.workers.set(queue, worker);
-      this.unsubscribe.push(this.notifier.subscribe(queue, () => worker.wake()));
-      worker.start();
-    }
+      this.scheduler.start();
+      this.keyHandoffs.start();
+      if (options.reaperTimer ?? true) this.reaper.start();
+      if (options.prunerTimer ?? true) this.pruner?.start();
+      if (!withWorkers) return;
+      for (const [queue, { handler, options: handlerOptions, hooks }] of this.handlers) {
+        const worker = new Worker(
+          queue,
+          handler,
+          handlerOptions,
+          {
+            db: this.pool,
+            channel: this.channel,
+            queries: this.queries,
+            owner: this.workerId,
+            completer: this.completer,
+            metrics: this.metrics,
+            logger: this.logger,
+            failures: this.failures,
+            pollIntervalMs: this.pollIntervalMs,
+            maxFreeReleases: this.maxFreeReleases,
+            wakeCooldownMs: this.wakeCooldownMs,
+            keysDeferred: this.keysDeferred,
+          },
+          hooks,
+        );
+        this.workers.set(queue, worker);
+        this.unsubscribe.push(this.notifier.subscribe(queue, () => worker.wake()));
+        worker.start();
+      }
+    });
   }
 
   /**
@@ -371,6 +390,7 @@ export class PgQueue {
       await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.keyHandoffs.stop(), this.pruner?.stop(), this.notifier.stop()]);
     }
     this.metrics.complete();
+    this.failures.flush();
     // pool.end() waits for every checked-out connection; one stuck on a dead network would hang it.
     if (this.ownsPool && !(await settlesWithin(this.pool.end(), timeoutMs))) {
       this.logger.warn(`The pool did not close within ${timeoutMs} ms (a connection is stuck); giving up on it.`);
@@ -383,114 +403,122 @@ export class PgQueue {
 
   enqueue<T>(queue: string, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
     const { client, ...jobOptions } = options ?? {};
-    return this.producer.enqueueMany([{ queue, payload, options: jobOptions }], { client }).then(([id]) => id!);
+    return this.call(() => this.producer.enqueueMany([{ queue, payload, options: jobOptions }], { client }).then(([id]) => id!), client);
   }
 
   enqueueMany(jobs: readonly JobToEnqueue[], options?: EnqueueCallOptions): Promise<string[]> {
-    return this.producer.enqueueMany(jobs, options);
+    return this.call(() => this.producer.enqueueMany(jobs, options), options?.client);
   }
 
-  async getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {
-    if (!isJobId(id)) return undefined;
-    const [row] = await run<Record<string, never>>(this.pool, this.queries.getJob, [id]);
-    if (!row) return undefined;
-    return {
-      id: row.id,
-      queue: row.queue_name,
-      payload: row.payload,
-      status: row.status,
-      priority: row.priority,
-      availableAt: row.available_at,
-      attemptCount: row.attempt_count,
-      maxAttempts: row.max_attempts,
-      leaseOwner: row.lease_owner,
-      leaseToken: row.lease_token,
-      leaseExpiresAt: row.lease_expires_at,
-      deadlineAt: row.deadline_at,
-      claimedAt: row.claimed_at,
-      heartbeatAt: row.heartbeat_at,
-      releaseCount: row.release_count,
-      lastErrorCode: row.last_error_code,
-      lastErrorMessage: row.last_error_message,
-      createdAt: row.created_at,
-      finishedAt: row.finished_at,
-    };
+  getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {
+    return this.call(async () => {
+      if (!isJobId(id)) return undefined;
+      const [row] = await run<Record<string, never>>(this.pool, this.queries.getJob, [id]);
+      if (!row) return undefined;
+      return {
+        id: row.id,
+        queue: row.queue_name,
+        payload: row.payload,
+        status: row.status,
+        priority: row.priority,
+        availableAt: row.available_at,
+        attemptCount: row.attempt_count,
+        maxAttempts: row.max_attempts,
+        leaseOwner: row.lease_owner,
+        leaseToken: row.lease_token,
+        leaseExpiresAt: row.lease_expires_at,
+        deadlineAt: row.deadline_at,
+        claimedAt: row.claimed_at,
+        heartbeatAt: row.heartbeat_at,
+        releaseCount: row.release_count,
+        lastErrorCode: row.last_error_code,
+        lastErrorMessage: row.last_error_message,
+        createdAt: row.created_at,
+        finishedAt: row.finished_at,
+      };
+    });
+  }
+
+  /** The job's effect records (ctx.effect): started, confirmed, with results and tries. */
+  getJobEffects(id: string): Promise<JobEffectRecord[]> {
+    return this.call(async () => {
+      if (!isJobId(id)) return [];
+      const rows = await run<Record<string, never>>(this.pool, this.queries.jobEffects, [id]);
+      return rows.map((row) => ({
+        name: row.name,
+        idempotencyKey: row.idempotency_key,
+        status: row.status,
+        result: row.result,
+        resultStored: row.result_stored,
+        attempts: row.attempts,
+        leaseToken: row.lease_token,
+        startedAt: row.started_at,
+        confirmedAt: row.confirmed_at,
+      }));
+    });
   }
 
   /** The audit trail of a job: every exceptional transition, oldest first. */
-  /** The job's effect records (ctx.effect): started, confirmed, with results and tries. */
-  async getJobEffects(id: string): Promise<JobEffectRecord[]> {
-    if (!isJobId(id)) return [];
-    const rows = await run<Record<string, never>>(this.pool, this.queries.jobEffects, [id]);
-    return rows.map((row) => ({
-      name: row.name,
-      idempotencyKey: row.idempotency_key,
-      status: row.status,
-      result: row.result,
-      resultStored: row.result_stored,
-      attempts: row.attempts,
-      leaseToken: row.lease_token,
-      startedAt: row.started_at,
-      confirmedAt: row.confirmed_at,
-    }));
-  }
-
-  async getJobEvents(id: string): Promise<JobEventRecord[]> {
-    if (!isJobId(id)) return [];
-    const rows = await run<Record<string, never>>(this.pool, this.queries.jobEvents, [id]);
-    return rows.map((row) => ({
-      id: row.id,
-      at: row.at,
-      kind: row.kind,
-      fromStatus: row.from_status,
-      toStatus: row.to_status,
-      attempt: row.attempt,
-      leaseToken: row.lease_token,
-      worker: row.worker,
-      actor: row.actor,
-      errorCode: row.error_code,
-      message: row.message,
-    }));
+  getJobEvents(id: string): Promise<JobEventRecord[]> {
+    return this.call(async () => {
+      if (!isJobId(id)) return [];
+      const rows = await run<Record<string, never>>(this.pool, this.queries.jobEvents, [id]);
+      return rows.map((row) => ({
+        id: row.id,
+        at: row.at,
+        kind: row.kind,
+        fromStatus: row.from_status,
+        toStatus: row.to_status,
+        attempt: row.attempt,
+        leaseToken: row.lease_token,
+        worker: row.worker,
+        actor: row.actor,
+        errorCode: row.error_code,
+        message: row.message,
+      }));
+    });
   }
 
   /**
    * What is left to do in `queues`: pending and running jobs, and scheduled ones due within
    * `withinMs`, per queue and status (with up to 10 ids each). Read-only.
    */
-  async unfinished(queues: readonly string[], withinMs = 0): Promise<{ queue: string; status: JobStatus; count: number; ids: string[] }[]> {
-    const rows = await run<{ queue_name: string; status: JobStatus; n: number; ids: string[] }>(this.pool, this.queries.unfinishedJobs, [
-      [...queues],
-      Math.max(0, Math.round(withinMs)),
-    ]);
-    return rows.map((r) => ({ queue: r.queue_name, status: r.status, count: r.n, ids: r.ids }));
+  unfinished(queues: readonly string[], withinMs = 0): Promise<{ queue: string; status: JobStatus; count: number; ids: string[] }[]> {
+    return this.call(async () => {
+      const rows = await run<{ queue_name: string; status: JobStatus; n: number; ids: string[] }>(this.pool, this.queries.unfinishedJobs, [
+        [...queues],
+        Math.max(0, Math.round(withinMs)),
+      ]);
+      return rows.map((r) => ({ queue: r.queue_name, status: r.status, count: r.n, ids: r.ids }));
+    });
   }
 
   /** One bounded reaper pass (what the reaper's timer, or the host's scheduler, runs). */
-  reapOnce() {
-    return this.reaper.runOnce();
+  reapOnce(): Promise<ReapResult> {
+    return this.call(() => this.reaper.runOnce());
   }
 
   /** One bounded retention pass (what the pruner's timer, or the host's scheduler, runs). */
   pruneOnce(): Promise<number> {
-    return this.pruner?.runOnce() ?? Promise.resolve(0);
+    return this.call(() => this.pruner?.runOnce() ?? Promise.resolve(0));
   }
 
   /** Stops claims of `queue` in every process; running jobs finish. */
-  async pauseQueue(queue: string): Promise<void> {
-    await this.setPaused(queue, true);
+  pauseQueue(queue: string): Promise<void> {
+    return this.call(() => this.setPaused(queue, true));
   }
 
   /** Lets every process claim `queue` again, and wakes its workers. */
-  async resumeQueue(queue: string): Promise<void> {
-    await this.setPaused(queue, false);
+  resumeQueue(queue: string): Promise<void> {
+    return this.call(() => this.setPaused(queue, false));
   }
 
   /**
    * Cancels a scheduled, pending or running job. A running job's handler is aborted (on
    * whichever process runs it) and its late completion is refused with the reason "cancelled".
    */
-  async cancel(id: string, note: OperatorNote = {}): Promise<void> {
-    await this.endJob(id, ['scheduled', 'pending', 'running'], 'cancelled', note, 'JOB_NOT_CANCELLABLE', 'cancelled');
+  cancel(id: string, note: OperatorNote = {}): Promise<void> {
+    return this.call(() => this.endJob(id, ['scheduled', 'pending', 'running'], 'cancelled', note, 'JOB_NOT_CANCELLABLE', 'cancelled'));
   }
 
   /**
@@ -498,124 +526,136 @@ export class PgQueue {
    * as unresolved. With `delete: true` the row and its history are deleted instead, and the
    * deletion is recorded in `purges`.
    */
-  async discard(id: string, note: OperatorNote & { delete?: boolean } = {}): Promise<void> {
-    if (!note.delete) {
-      await this.endJob(id, ['dead'], 'discarded', note, 'JOB_NOT_DEAD', 'discarded');
-      return;
-    }
-    const [row] = await runReleasingKeys<{ removed: number; status: string | null } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.deleteJob, [
-      checkedId(id),
-      checkedActor(note.actor),
-      boundedNote(note.reason),
-    ], this.keysDeferred);
-    if (row?.removed === 1) return;
-    if (row?.status === null || row?.status === undefined) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
-    throw new JobStateError('JOB_NOT_FINISHED', `Job ${id} is ${row.status}: only succeeded, dead or cancelled jobs can be deleted. Cancel it first.`);
+  discard(id: string, note: OperatorNote & { delete?: boolean } = {}): Promise<void> {
+    return this.call(async () => {
+      if (!note.delete) {
+        await this.endJob(id, ['dead'], 'discarded', note, 'JOB_NOT_DEAD', 'discarded');
+        return;
+      }
+      const [row] = await runReleasingKeys<{ removed: number; status: string | null } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.deleteJob, [
+        checkedId(id),
+        checkedActor(note.actor),
+        boundedNote(note.reason),
+      ], this.keysDeferred);
+      if (row?.removed === 1) return;
+      if (row?.status === null || row?.status === undefined) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
+      throw new JobStateError('JOB_NOT_FINISHED', `Job ${id} is ${row.status}: only succeeded, dead or cancelled jobs can be deleted. Cancel it first.`);
+    });
   }
 
   /**
    * Replays one dead job in place (same id and history, a fresh attempt budget). Refused with
    * JOB_NOT_DEAD for a job in any other state.
    */
-  async replay(id: string, note: OperatorNote = {}): Promise<void> {
-    const [outcome] = await this.replayMany([id], note);
-    if (outcome?.replayed) return;
-    if (!outcome?.status) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
-    throw new JobStateError(
-      'JOB_NOT_DEAD',
-      `Job ${id} is ${outcome.status}, not dead: only dead jobs can be replayed.${outcome.status === 'pending' || outcome.status === 'scheduled' || outcome.status === 'running' ? ' It will run (or is running) anyway.' : ''}`,
-    );
+  replay(id: string, note: OperatorNote = {}): Promise<void> {
+    return this.call(async () => {
+      const [outcome] = await this.replayMany([id], note);
+      if (outcome?.replayed) return;
+      if (!outcome?.status) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
+      throw new JobStateError(
+        'JOB_NOT_DEAD',
+        `Job ${id} is ${outcome.status}, not dead: only dead jobs can be replayed.${outcome.status === 'pending' || outcome.status === 'scheduled' || outcome.status === 'running' ? ' It will run (or is running) anyway.' : ''}`,
+      );
+    });
   }
 
   /** Replays many dead jobs by id (at most OPERATOR_BATCH_MAX), reporting each one's outcome. */
-  async replayMany(ids: readonly string[], note: OperatorNote = {}): Promise<ReplayOutcome[]> {
-    if (ids.length > OPERATOR_BATCH_MAX) {
-      throw new InvalidOptionError('ids', `${ids.length} ids`, `Replay at most ${OPERATOR_BATCH_MAX} jobs per call.`);
-    }
-    const rows = await run<{ id: string; replayed: boolean; status: JobStatus | null }>(this.pool, this.queries.replay, [
-      ids.map(checkedId),
-      checkedActor(note.actor),
-      boundedNote(note.reason),
-      this.channel,
-    ]);
-    return rows.map((r) => ({ id: r.id, replayed: r.replayed, status: r.status ?? undefined }));
+  replayMany(ids: readonly string[], note: OperatorNote = {}): Promise<ReplayOutcome[]> {
+    return this.call(async () => {
+      if (ids.length > OPERATOR_BATCH_MAX) {
+        throw new InvalidOptionError('ids', `${ids.length} ids`, `Replay at most ${OPERATOR_BATCH_MAX} jobs per call.`);
+      }
+      const rows = await run<{ id: string; replayed: boolean; status: JobStatus | null }>(this.pool, this.queries.replay, [
+        ids.map(checkedId),
+        checkedActor(note.actor),
+        boundedNote(note.reason),
+        this.channel,
+      ]);
+      return rows.map((r) => ({ id: r.id, replayed: r.replayed, status: r.status ?? undefined }));
+    });
   }
 
   /**
    * Replays the oldest dead jobs of a queue, optionally only those that died with `errorCode`,
    * at most `limit` (default 100, at most OPERATOR_BATCH_MAX). Fix the cause first.
    */
-  async replayDead(filter: { queue: string; errorCode?: string; limit?: number } & OperatorNote): Promise<ReplayOutcome[]> {
-    const limit = requireInteger('limit', filter.limit ?? 100, 1, OPERATOR_BATCH_MAX);
-    const page = await this.listDead({ queue: filter.queue, errorCode: filter.errorCode, limit });
-    if (page.jobs.length === 0) return [];
-    return this.replayMany(
-      page.jobs.map((j) => j.id),
-      filter,
-    );
+  replayDead(filter: { queue: string; errorCode?: string; limit?: number } & OperatorNote): Promise<ReplayOutcome[]> {
+    return this.call(async () => {
+      const limit = requireInteger('limit', filter.limit ?? 100, 1, OPERATOR_BATCH_MAX);
+      const page = await this.listDead({ queue: filter.queue, errorCode: filter.errorCode, limit });
+      if (page.jobs.length === 0) return [];
+      return this.replayMany(
+        page.jobs.map((j) => j.id),
+        filter,
+      );
+    });
   }
 
   /** Dead jobs, oldest death first, by queue and error code, a page at a time. */
-  async listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
-    const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
-    let after: [string | null, string | null] = [null, null];
-    if (filter.cursor !== undefined) {
-      const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(filter.cursor);
-      if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
-      after = [match[1]!, match[2]!];
-    }
-    // One statement per filter, each walking its own index (see listDeadPage in sql.ts). A null
-    // filter is no filter, as undefined is.
-    const queue = filter.queue ?? null;
-    const code = filter.errorCode ?? null;
-    const [statement, filters] =
-      queue !== null && code !== null
-        ? [this.queries.listDeadOfQueueWithCode, [queue, code]]
-        : queue !== null
-          ? [this.queries.listDeadOfQueue, [queue]]
-          : code !== null
-            ? [this.queries.listDeadWithCode, [code]]
-            : [this.queries.listDead, []];
-    const rows = await run<Record<string, never>>(this.pool, statement, [...after, limit, ...filters]);
-    const jobs: DeadJobSummary[] = rows.map((r) => ({
-      id: r.id,
-      queue: r.queue_name,
-      priority: r.priority,
-      attemptCount: r.attempt_count,
-      maxAttempts: r.max_attempts,
-      lastErrorCode: r.last_error_code,
-      lastErrorMessage: r.last_error_message,
-      leaseToken: r.lease_token,
-      createdAt: r.created_at,
-      finishedAt: r.finished_at,
-    }));
-    return { jobs, nextCursor: jobs.length === limit ? (rows.at(-1)?.cursor as string | undefined) : undefined };
+  listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
+    return this.call(async () => {
+      const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
+      let after: [string | null, string | null] = [null, null];
+      if (filter.cursor !== undefined) {
+        const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(filter.cursor);
+        if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
+        after = [match[1]!, match[2]!];
+      }
+      // One statement per filter, each walking its own index (see listDeadPage in sql.ts). A null
+      // filter is no filter, as undefined is.
+      const queue = filter.queue ?? null;
+      const code = filter.errorCode ?? null;
+      const [statement, filters] =
+        queue !== null && code !== null
+          ? [this.queries.listDeadOfQueueWithCode, [queue, code]]
+          : queue !== null
+            ? [this.queries.listDeadOfQueue, [queue]]
+            : code !== null
+              ? [this.queries.listDeadWithCode, [code]]
+              : [this.queries.listDead, []];
+      const rows = await run<Record<string, never>>(this.pool, statement, [...after, limit, ...filters]);
+      const jobs: DeadJobSummary[] = rows.map((r) => ({
+        id: r.id,
+        queue: r.queue_name,
+        priority: r.priority,
+        attemptCount: r.attempt_count,
+        maxAttempts: r.max_attempts,
+        lastErrorCode: r.last_error_code,
+        lastErrorMessage: r.last_error_message,
+        leaseToken: r.lease_token,
+        createdAt: r.created_at,
+        finishedAt: r.finished_at,
+      }));
+      return { jobs, nextCursor: jobs.length === limit ? (rows.at(-1)?.cursor as string | undefined) : undefined };
+    });
   }
 
   /**
    * Deletes dead jobs that died before `olderThan` (of one queue, or all), recording each
    * batch's ids in `purges`. The only way dead jobs are ever removed. Returns how many it removed.
    */
-  async purgeDead(filter: { olderThan: Date; queue?: string; batchSize?: number } & OperatorNote): Promise<number> {
-    if (!(filter.olderThan instanceof Date) || !Number.isFinite(filter.olderThan.getTime())) {
-      throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
-    }
-    const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
-    // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in sql.ts).
-    const queue = filter.queue ?? null;
-    const [statement, ofQueue] = queue === null ? [this.queries.purgeDead, []] : [this.queries.purgeDeadOfQueue, [queue]];
-    let removed = 0;
-    for (;;) {
-      const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, statement, [
-        filter.olderThan,
-        batchSize,
-        checkedActor(filter.actor),
-        boundedNote(filter.reason),
-        ...ofQueue,
-      ], this.keysDeferred);
-      removed += row?.removed ?? 0;
-      if ((row?.removed ?? 0) < batchSize) return removed;
-    }
+  purgeDead(filter: { olderThan: Date; queue?: string; batchSize?: number } & OperatorNote): Promise<number> {
+    return this.call(async () => {
+      if (!(filter.olderThan instanceof Date) || !Number.isFinite(filter.olderThan.getTime())) {
+        throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
+      }
+      const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
+      // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in sql.ts).
+      const queue = filter.queue ?? null;
+      const [statement, ofQueue] = queue === null ? [this.queries.purgeDead, []] : [this.queries.purgeDeadOfQueue, [queue]];
+      let removed = 0;
+      for (;;) {
+        const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, statement, [
+          filter.olderThan,
+          batchSize,
+          checkedActor(filter.actor),
+          boundedNote(filter.reason),
+          ...ofQueue,
+        ], this.keysDeferred);
+        removed += row?.removed ?? 0;
+        if ((row?.removed ?? 0) < batchSize) return removed;
+      }
+    });
   }
 
   /**
@@ -623,40 +663,57 @@ export class PgQueue {
    * Its cost follows live work (and dead jobs), never retained history: succeeded and cancelled
    * jobs are counted only when they finished within `recentWindowMs` (default 60 s, at most a day).
    */
-  async stats(options: { nearExpiryMs?: number; recentWindowMs?: number } = {}): Promise<EngineStats> {
-    const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
-    const recentWindowMs = requireInteger('recentWindowMs', options.recentWindowMs ?? RECENT_WINDOW_MS_DEFAULT, 1, RECENT_WINDOW_MS_MAX);
-    const [queues, [database]] = await Promise.all([
-      run<Record<string, never>>(this.pool, this.queries.queueStats, [nearExpiryMs, recentWindowMs]),
-      run<{ connections: number; lock_waits: number }>(this.pool, this.queries.databaseStats, []),
-    ]);
-    return {
-      at: new Date(),
-      recentWindowMs,
-      queues: queues.map((q) => {
-        const worker = this.workers.get(q.queue);
-        return {
-          queue: q.queue,
-          paused: q.paused_at !== null,
-          pausedAt: q.paused_at,
-          counts: {
-            scheduled: q.scheduled,
-            pending: q.pending,
-            running: q.running,
-            dead: q.dead,
-            recent: { succeeded: q.recent_succeeded, cancelled: q.recent_cancelled },
-          },
-          oldestClaimableAgeMs: q.oldest_claimable_age_ms,
-          oldestDeadAgeMs: q.oldest_dead_age_ms,
-          runningNearExpiry: q.running_near_expiry,
-          blockedKeys: q.blocked_keys,
-          slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined,
-        };
-      }),
-      listener: { listening: this.notifier.listening, downForMs: this.notifier.downForMs },
-      pool: { total: this.pool.totalCount, idle: this.pool.idleCount, waiting: this.pool.waitingCount },
-      database: { connections: database?.connections ?? 0, lockWaits: database?.lock_waits ?? 0 },
-    };
+  stats(options: { nearExpiryMs?: number; recentWindowMs?: number } = {}): Promise<EngineStats> {
+    return this.call(async () => {
+      const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
+      const recentWindowMs = requireInteger('recentWindowMs', options.recentWindowMs ?? RECENT_WINDOW_MS_DEFAULT, 1, RECENT_WINDOW_MS_MAX);
+      const [queues, [database]] = await Promise.all([
+        run<Record<string, never>>(this.pool, this.queries.queueStats, [nearExpiryMs, recentWindowMs]),
+        run<{ connections: number; lock_waits: number }>(this.pool, this.queries.databaseStats, []),
+      ]);
+      return {
+        at: new Date(),
+        recentWindowMs,
+        queues: queues.map((q) => {
+          const worker = this.workers.get(q.queue);
+          return {
+            queue: q.queue,
+            paused: q.paused_at !== null,
+            pausedAt: q.paused_at,
+            counts: {
+              scheduled: q.scheduled,
+              pending: q.pending,
+              running: q.running,
+              dead: q.dead,
+              recent: { succeeded: q.recent_succeeded, cancelled: q.recent_cancelled },
+            },
+            oldestClaimableAgeMs: q.oldest_claimable_age_ms,
+            oldestDeadAgeMs: q.oldest_dead_age_ms,
+            runningNearExpiry: q.running_near_expiry,
+            blockedKeys: q.blocked_keys,
+            slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined,
+          };
+        }),
+        listener: { listening: this.notifier.listening, downForMs: this.notifier.downForMs },
+        pool: { total: this.pool.totalCount, idle: this.pool.idleCount, waiting: this.pool.waitingCount },
+        database: { connections: database?.connections ?? 0, lockWaits: database?.lock_waits ?? 0 },
+      };
+    });
+  }
+
+  /**
+   * Every public call that touches the database goes through here: a failure because the database
+   * cannot be reached, or a statement that did not finish within statementTimeoutMs, reaches the
+   * caller as DatabaseUnavailableError or DatabaseTimeoutError (the driver's error as `cause`),
+   * never as the driver's raw error. `db`: the caller's own connection, when the call used it.
+   */
+  private async call<T>(body: () => Promise<T>, db?: Queryable): Promise<T> {
+    try {
+      return await body();
+    } catch (error) {
+      const target = (db && targetOf(db)) ?? this.callContext.target;
+      throw toCallError(error, target === this.callContext.target ? this.callContext : { ...this.callContext, target });
+    }
   }
 
   private async setPaused(queue: string, paused: boolean): Promise<void> {

@@ -1,5 +1,6 @@
 import { integer, resolveSection, section, timerMs } from './config.js';
 import { run, type Queryable } from './db.js';
+import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 import { PeriodicRunner } from './service.js';
 import type { Queries } from './sql.js';
@@ -40,13 +41,14 @@ export class Pruner {
     private readonly db: Queryable,
     private readonly queries: Queries,
     private readonly logger: EngineLogger,
+    failures: LogThrottle,
     config?: Partial<PrunerConfig>,
   ) {
     this.config = resolveSection(PRUNER_OPTIONS, config, 'pruner');
     this.runner = new PeriodicRunner(
       () => this.runOnce(),
       () => this.config.intervalMs,
-      (error) => this.logger.error(`Pruner pass failed: ${(error as Error).message}`),
+      { log: failures, what: 'Pruner pass' },
     );
   }
 

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { integer, resolveSection, section, timerMs } from './config.js';
 import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
+import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
 import { isTransientDatabaseError } from './pg-errors.js';
@@ -74,6 +75,7 @@ export class Reaper {
     private readonly queries: Queries,
     private readonly metrics: EngineMetrics,
     private readonly logger: EngineLogger,
+    failures: LogThrottle,
     config: Partial<ReaperConfig> | undefined,
     private readonly keys: ReaperKeys,
     private readonly onReaped: () => void = () => {},
@@ -82,7 +84,7 @@ export class Reaper {
     this.runner = new PeriodicRunner(
       () => this.runOnce(),
       () => this.config.intervalMs,
-      (error) => this.logger.error(`Reaper pass failed: ${(error as Error).message}`),
+      { log: failures, what: 'Reaper pass' },
     );
   }
 

@@ -1,6 +1,6 @@
 import { integer, resolveSection, section, timerMs } from './config.js';
 import { run, type Queryable } from './db.js';
-import type { EngineLogger } from './logger.js';
+import type { LogThrottle } from './log-throttle.js';
 import { PeriodicRunner } from './service.js';
 import type { Queries } from './sql.js';
 
@@ -40,7 +40,7 @@ export class Scheduler {
     private readonly db: Queryable,
     private readonly queries: Queries,
     private readonly channel: string,
-    private readonly logger: EngineLogger,
+    failures: LogThrottle,
     config?: Partial<SchedulerConfig>,
   ) {
     this.config = resolveSection(SCHEDULER_OPTIONS, config, 'scheduler');
@@ -48,10 +48,7 @@ export class Scheduler {
     this.runner = new PeriodicRunner(
       () => this.runOnce(),
       () => this.nextDelayMs,
-      (error) => {
-        this.nextDelayMs = this.config.intervalMs;
-        this.logger.error(`Scheduler pass failed: ${(error as Error).message}`);
-      },
+      { log: failures, what: 'Scheduler pass', onError: () => (this.nextDelayMs = this.config.intervalMs) },
     );
   }
 

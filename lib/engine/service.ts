@@ -1,3 +1,14 @@
+import type { LogThrottle } from './log-throttle.js';
+
+/** How a pass's failures are told: through the engine's LogThrottle, under the pass's name. */
+export interface PassFailures {
+  readonly log: LogThrottle;
+  /** The kind, and the subject of its lines: "Reaper pass". */
+  readonly what: string;
+  /** Besides logging (a service that backs off after a failure). */
+  readonly onError?: (error: unknown) => void;
+}
+
 /**
  * A periodic maintenance pass with River's lifecycle shape: `start()` runs the pass every
  * interval until `stop()`; `stop()` is soft (the current pass finishes). The pass itself is a
@@ -14,7 +25,7 @@ export class PeriodicRunner {
   constructor(
     private readonly pass: () => Promise<unknown>,
     private readonly nextDelayMs: () => number,
-    private readonly onError: (error: unknown) => void,
+    private readonly failures: PassFailures,
   ) {}
 
   get running(): boolean {
@@ -46,8 +57,16 @@ export class PeriodicRunner {
 
   private schedule(delayMs: number): void {
     this.timer = setTimeout(() => {
+      const { log, what, onError } = this.failures;
       this.current = this.pass()
-        .catch(this.onError)
+        .then(
+          () => log.recovered(what),
+          (error: unknown) => {
+            onError?.(error);
+            // Every interval while the database is away: bounded (see LogThrottle).
+            log.failed(what, (error as Error).message);
+          },
+        )
         .finally(() => {
           this.current = undefined;
           const again = this.again;

@@ -5,6 +5,7 @@ import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, RetryableJobError, type FenceLossReason } from './errors.js';
 import type { Completer } from './completer.js';
 import { fenceLossReason, Lease, type ClaimedRow } from './lease.js';
+import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
@@ -78,6 +79,8 @@ export interface WorkerDeps {
   readonly completer: Completer;
   readonly metrics: EngineMetrics;
   readonly logger: EngineLogger;
+  /** Failures that repeat while the database is away (claims, outcome writes) are logged through it. */
+  readonly failures: LogThrottle;
   /** Claim again this often even without a wake-up (NOTIFY is only an optimisation); leases are checked as often. */
   readonly pollIntervalMs: number;
   /** Shutdown releases that give the attempt back before releases start to count as attempts. */
@@ -144,6 +147,9 @@ export class Worker {
   private samplesSinceMedian = 0;
   private readonly onBufferedExpiry = (lease: Lease) => this.bufferedExpiry(lease);
   private checking = false;
+  /** This worker's kinds of repeated failure in the LogThrottle (and the subjects of their lines). */
+  private readonly claimKind: string;
+  private readonly writeKind: string;
   private nudge: (() => void) | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private loop: Promise<void> | undefined;
@@ -156,6 +162,8 @@ export class Worker {
     private readonly hooks: WorkerHooks = {},
   ) {
     this.options = options;
+    this.claimKind = `Claim on queue "${queue}"`;
+    this.writeKind = `Queue "${queue}": writing a job's outcome`;
   }
 
   /** Jobs claimed by this worker and not finished: running handlers plus prefetched ones. */
@@ -322,13 +330,15 @@ export class Worker {
         oldestFirst,
       ]);
     } catch (error) {
-      this.deps.logger.error(`Claim on queue "${this.queue}" failed: ${(error as Error).message}. Retrying at the next poll.`);
+      const reason = (error as Error).message;
+      this.deps.failures.failed(this.claimKind, reason, 'error', `${this.claimKind} failed: ${reason}. Retrying at the next poll.`);
       this.moreWork = this.wakeups !== wakeupsBefore;
       return;
     } finally {
       this.deps.metrics.increment('claim_queries', { queue: this.queue });
       this.deps.metrics.observe('claim_query_ms', performance.now() - requestedAt, { queue: this.queue });
     }
+    this.deps.failures.recovered(this.claimKind);
     if (this.state !== 'running') {
       // Claimed while stop() was already handing jobs back (it does not wait for a claim forever):
       // these go back too, attempt not charged.
@@ -664,9 +674,14 @@ export class Worker {
 
   /** Keeps a write's promise until it settles, so stop() can wait for it; logs its failure. */
   private track(write: Promise<void>): void {
-    const tracked = write.catch((error: unknown) => {
-      this.deps.logger.error(`Queue "${this.queue}": writing a job's outcome failed: ${(error as Error).message}. The reaper will recover the job when its lease expires.`);
-    });
+    const tracked = write.then(
+      () => this.deps.failures.recovered(this.writeKind),
+      (error: unknown) => {
+        // One per job, and a whole batch fails at once while the database is away: bounded.
+        const reason = (error as Error).message;
+        this.deps.failures.failed(this.writeKind, reason, 'error', `${this.writeKind} failed: ${reason}. The reaper will recover the job when its lease expires.`);
+      },
+    );
     this.writes.add(tracked);
     void tracked.finally(() => {
       this.writes.delete(tracked);

@@ -9,6 +9,7 @@ import {
 import { ModuleRef } from '@nestjs/core';
 import type { SchedulerRegistry } from '@nestjs/schedule';
 import { PgQueue } from '../engine/index.js';
+import { LogThrottle } from '../engine/log-throttle.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PRUNER_INTERVAL_NAME, REAPER_INTERVAL_NAME } from '../pg-queue.constants.js';
 import { PASS_FAILED, PROCESSING_DISABLED, SCHEDULE_MODULE_MISSING, START_FAILED, STARTED, STOPPED, STOPPING } from '../pg-queue.messages.js';
 import { PgQueueExplorer } from './pg-queue.explorer.js';
@@ -39,6 +40,8 @@ interface MaintenancePass {
 export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown {
   private readonly logger = new Logger(PG_QUEUE_LOGGER_CONTEXT);
   private readonly passes: MaintenancePass[] = [];
+  /** The passes fail at every tick while the database is away: logged like the engine's own (bounded). */
+  private readonly failures: LogThrottle;
   /** The app's registry, resolved at bootstrap; undefined: the engine's own timers run the passes. */
   private schedulerRegistry: SchedulerRegistry | undefined;
   private stopping: Promise<void> | undefined;
@@ -48,7 +51,9 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
     @Inject(PG_QUEUE_RUNTIME_CONFIG) private readonly config: ModuleRuntimeConfig,
     private readonly explorer: PgQueueExplorer,
     private readonly moduleRef: ModuleRef,
-  ) {}
+  ) {
+    this.failures = new LogThrottle(this.logger, config.engine.failureLogIntervalMs);
+  }
 
   async onApplicationBootstrap(): Promise<void> {
     const { processing, queues } = this.config;
@@ -97,12 +102,17 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
 
   private schedule(registry: SchedulerRegistry, name: string, label: string, intervalMs: number, run: () => Promise<unknown>): void {
     const pass: MaintenancePass = { name, label, current: undefined };
+    const failures = this.failures;
+    const what = `${label} pass`;
     const tick = () => {
       if (pass.current) return;
       pass.current = run()
         .then(
-          () => {},
-          (error: unknown) => this.logger.error(PASS_FAILED(label, (error as Error).message)),
+          () => failures.recovered(what),
+          (error: unknown) => {
+            const reason = (error as Error).message;
+            failures.failed(what, reason, 'error', PASS_FAILED(label, reason));
+          },
         )
         .finally(() => {
           pass.current = undefined;
@@ -120,6 +130,7 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
       if (registry?.doesExist('interval', pass.name)) registry.deleteInterval(pass.name);
     }
     await Promise.all(this.passes.map((pass) => pass.current));
+    this.failures.flush();
     const inFlight = this.explorer.handledQueues.reduce((sum, queue) => sum + (this.engine.worker(queue)?.inFlight ?? 0), 0);
     this.logger.log(STOPPING(inFlight, this.config.shutdownTimeoutMs));
     await this.engine.stop(this.config.shutdownTimeoutMs);

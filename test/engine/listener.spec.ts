@@ -88,6 +88,7 @@ test('a listener whose LISTEN succeeds on a session that never hears the channel
   const logger = { ...testLogger(), log: (line: string) => void logger.lines.push(`log: ${line}`) };
   const q = fx.make({
     logger,
+    failureLogIntervalMs: 0, // every deaf attempt is logged: they are counted here
     listenConnectionString: elsewhere.url,
     notifier: { probeIntervalMs: 100, probeTimeoutMs: 200, reconnectMinMs: 20, reconnectMaxMs: 50 },
   });
@@ -136,7 +137,8 @@ test('when the database comes back, the listener listens again once the pool rec
   const { proxy, url } = await proxied();
   const lines: { at: number; line: string }[] = [];
   const logger = { log: () => {}, warn: (line: string) => void lines.push({ at: Date.now(), line }), error: (line: string) => void lines.push({ at: Date.now(), line }) };
-  const q = fx.make({ connectionString: url, logger, notifier: { reconnectMinMs: 50, reconnectMaxMs: 60_000 } });
+  // Every failure logged (failureLogIntervalMs 0): the test reads the backoff from the lines.
+  const q = fx.make({ connectionString: url, logger, failureLogIntervalMs: 0, notifier: { reconnectMinMs: 50, reconnectMaxMs: 60_000 } });
   let claims = 0;
   q.work('comeback', async () => {}, {}, { claimed: () => void claims++ });
   await q.start();

@@ -9,13 +9,17 @@ import { CapturingLogger } from './nest.js';
 
 /**
  * The sample app on a database of its own and a real HTTP server on a free port, as a user's e2e
- * test would boot theirs; `extraProviders` adds a test's own handlers beside the sample's.
+ * test would boot theirs; `extraProviders` adds a test's own handlers beside the sample's. With
+ * `throughPort`, the app's queue connects through that port on 127.0.0.1 (a test's TCP proxy);
+ * `sql` still connects directly.
  */
-export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOptions, 'connectionString'>, extraProviders: Provider[] = []) {
+export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOptions, 'connectionString'>, extraProviders: Provider[] = [], throughPort?: number) {
   const database: TestDatabase = await createTestDatabase(label);
   const logger = new CapturingLogger();
+  const appUrl = new URL(database.url);
+  if (throughPort !== undefined) appUrl.host = `127.0.0.1:${throughPort}`;
   const moduleRef = await Test.createTestingModule({
-    imports: [AppModule.register({ connectionString: database.url, ...options }, extraProviders)],
+    imports: [AppModule.register({ connectionString: appUrl.toString(), ...options }, extraProviders)],
   })
     .setLogger(logger)
     .compile();
@@ -28,6 +32,7 @@ export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOp
   return {
     app,
     base,
+    database,
     logger,
     sql,
     queue: app.get(QueueService),
