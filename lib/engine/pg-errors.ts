@@ -59,3 +59,13 @@ export function isTransientDatabaseError(error: unknown): boolean {
   if (state !== undefined && (state.startsWith('08') || state.startsWith('40') || TRANSIENT_STATES.has(state))) return true;
   return isConnectionError(error);
 }
+
+/**
+ * The server refused a prepared statement's name: 26000 (invalid_sql_statement_name: no statement
+ * of that name on this connection) or 42P05 (duplicate_prepared_statement: one exists already).
+ * Raised at Bind or Parse, so the statement did not run.
+ */
+export function isPreparedStatementNameRefused(error: unknown): boolean {
+  const state = sqlState(error);
+  return state === '26000' || state === '42P05';
+}
