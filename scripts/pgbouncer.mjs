@@ -96,6 +96,11 @@ export async function startPgBouncer(options) {
   const binary = locatePgBouncer();
   const poolMode = options.poolMode ?? 'transaction';
   if (!POOL_MODES.includes(poolMode)) throw new Error(`poolMode must be one of ${POOL_MODES.join(', ')}, not ${poolMode}`);
+  // From 1.21 PgBouncer can track protocol-level named statements (max_prepared_statements; on
+  // by default from 1.22). Untested here (docs/deployment.md): off, so that a newer PgBouncer
+  // behaves as the documented one does.
+  const [major = 0, minor = 0] = (/(\d+)\.(\d+)/.exec(pgBouncerVersion(binary)) ?? []).slice(1).map(Number);
+  const versionSettings = major > 1 || (major === 1 && minor >= 21) ? { max_prepared_statements: 0 } : {};
   const upstream = new URL(options.upstream);
   const user = decodeURIComponent(upstream.username || 'postgres');
   const startTimeoutMs = options.startTimeoutMs ?? 10_000;
@@ -119,6 +124,7 @@ export async function startPgBouncer(options) {
         pool_mode: poolMode,
         pidfile: path.join(root, 'pgbouncer.pid'),
         ...SETTINGS,
+        ...versionSettings,
         ...options.settings,
       };
       const host = upstream.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1';
