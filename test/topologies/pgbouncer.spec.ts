@@ -86,7 +86,7 @@ test('session pooling, the defaults (named statements, LISTEN through the pooler
 
 test('transaction pooling without a LISTEN URL: the listener is reported down, one warning names listenConnectionString, and jobs are found by the poll', async () => {
   const directUrl = await database('tx_deaf');
-  const pollIntervalMs = 2_000;
+  const pollIntervalMs = 3_000;
   const waves = 1;
   let downBeforeWaves: boolean | undefined;
   const result = await runWorkload({
