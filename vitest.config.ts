@@ -15,6 +15,8 @@ const shared = {
 // file at a time, after the parallel files have finished (sequence.groupOrder), so they never
 // compete with them for the two cores.
 const SERIAL = 'test/serial/**/*.spec.ts';
+// Through a real PgBouncer, with servers of their own: `npm run test:topologies` (vitest.topologies.config.ts).
+const TOPOLOGIES = 'test/topologies/**';
 
 export default defineConfig({
   oxc,
@@ -29,7 +31,7 @@ export default defineConfig({
           ...shared,
           name: 'parallel',
           include: ['test/**/*.spec.ts', 'lib/**/*.spec.ts'],
-          exclude: [...configDefaults.exclude, SERIAL],
+          exclude: [...configDefaults.exclude, SERIAL, TOPOLOGIES],
           sequence: { groupOrder: 0 },
         },
       },

@@ -64,11 +64,12 @@ const HANDLERS = {
 };
 const SIDE_TABLE_HANDLERS = new Set(['insert', 'complete-tx']);
 
-async function open(engine, { url, schema, diag = false }) {
+/** `engineOptions`: extra engine options (the topology's: preparedStatements, listenConnectionString). */
+async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
   const { PgQueue } = engine;
   const pool = diag ? new pg.Pool({ connectionString: url, max: POOL_SIZE, application_name: 'nestjs-pg-queue' }) : undefined;
   const probe = pool ? instrumentPool(pool) : undefined;
-  const queue = new PgQueue(pool ? { pool, schema, logger } : { connectionString: url, schema, logger });
+  const queue = new PgQueue({ ...(pool ? { pool } : { connectionString: url }), schema, logger, ...engineOptions });
   await queue.migrate();
   await queue.declareQueues([QUEUE]);
   const claims = [];

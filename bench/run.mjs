@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm run bench [-- --runs N] [--quick] [--json] [--peer pg-boss] [--diag] [--only a,b]
+// npm run bench [-- --runs N] [--quick] [--json] [--peer pg-boss] [--diag] [--only a,b] [--topology t1,t2]
 //
 // Enqueue throughput, processing throughput of a no-op handler, and idle pickup latency of the
 // engine (dist/engine), optionally beside a peer, in a database of its own (bench_<random>) on the
@@ -9,12 +9,26 @@ import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { pgBouncerVersion, startPgBouncer } from '../scripts/pgbouncer.mjs';
 import { createBenchDatabase, describeUrl, resetBetweenRuns, serverContext } from './lib/db.mjs';
 import { summarize } from './lib/stats.mjs';
 import ours, { loadEngine } from './ours.mjs';
 import { enqueueBulk, enqueueSingle, latency, processing } from './scenarios.mjs';
 
 const PEERS = { 'pg-boss': './peers/pg-boss.mjs' };
+
+/**
+ * How the engine reaches the server (docs/deployment.md). `pooler`: a PgBouncer this run starts
+ * in front of DATABASE_URL's server, in that pool_mode; `engine`: the engine options the topology
+ * needs; `listenDirect`: LISTEN on a direct connection (listenConnectionString).
+ */
+const TOPOLOGIES = {
+  direct: { engine: {} },
+  // Direct, every statement unnamed: the cost of preparedStatements: false without a pooler's hop.
+  'direct-unnamed': { engine: { preparedStatements: false } },
+  'pgbouncer-session': { pooler: 'session', engine: {} },
+  'pgbouncer-transaction': { pooler: 'transaction', engine: { preparedStatements: false }, listenDirect: true },
+};
 
 const { values: args } = parseArgs({
   options: {
@@ -25,6 +39,7 @@ const { values: args } = parseArgs({
     diag: { type: 'boolean', default: false },
     only: { type: 'string' },
     'max-seconds': { type: 'string' },
+    topology: { type: 'string', default: 'direct' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -42,6 +57,11 @@ if (args.help) {
                     prefetch 100: process_strict, process_keyed, process_insert,
                     process_complete_tx, process_effect, process_retry
   --max-seconds S   cap of one processing run (default 60, 20 with --quick)
+  --topology LIST   comma-separated ways for the engine to reach the server, each measured as a
+                    system of its own, interleaved: direct (default), direct-unnamed
+                    (preparedStatements: false), pgbouncer-session, pgbouncer-transaction
+                    (preparedStatements: false, LISTEN direct). The pgbouncer ones start a
+                    PgBouncer of their own in front of DATABASE_URL's server (Debian: pgbouncer).
 `);
   process.exit(0);
 }
@@ -53,6 +73,12 @@ if (args.peer !== undefined && !PEERS[args.peer] && !args.peer.startsWith('engin
 }
 const serverUrl = process.env.DATABASE_URL;
 if (!serverUrl) fail('DATABASE_URL is not set (npm run bench starts a throwaway PostgreSQL when it is unset)');
+const topologies = [...new Set(args.topology.split(',').map((t) => t.trim()))];
+for (const t of topologies) if (!TOPOLOGIES[t]) fail(`unknown --topology "${t}" (known: ${Object.keys(TOPOLOGIES).join(', ')})`);
+if (args.peer && (topologies.length > 1 || topologies[0] !== 'direct') && !args.peer.startsWith('engine:')) {
+  fail(`--peer ${args.peer} is measured direct only; --topology goes with the engine (and --peer engine:…)`);
+}
+if (args.peer && topologies.length > 1) fail('--peer compares two systems in one topology: give one --topology with it');
 
 const sizes = args.quick
   ? { single: 1_000, bulk: 10_000, process: 10_000, samples: 100, maxSeconds: 20 }
@@ -62,14 +88,43 @@ const CONCURRENCY = 10;
 const IN_FLIGHT = 8;
 const BATCH = 500;
 
-const systems = [ours];
+/** PgBouncers of this run, by pool_mode (started on first use; stopped at the end, or by their watchdog). */
+const bouncers = new Map();
+async function bouncer(poolMode) {
+  if (!bouncers.has(poolMode)) {
+    // Session pooling needs a server connection per client: the engine's pool and its listener fit.
+    bouncers.set(poolMode, await startPgBouncer({ upstream: serverUrl, poolMode, settings: { default_pool_size: 20 } }));
+  }
+  return bouncers.get(poolMode);
+}
+
+/** `system` reaching the server the topology's way: its URL, the engine options it needs. */
+function inTopology(system, name, alone) {
+  const topology = TOPOLOGIES[name];
+  if (name === 'direct' && alone) return system;
+  return {
+    ...system,
+    key: alone ? system.key : `${system.key}_${name.replace(/-/g, '_')}`,
+    label: alone ? `${system.label}, ${name}` : name,
+    topology: name,
+    async open(options) {
+      const url = topology.pooler ? (await bouncer(topology.pooler)).via(options.url) : options.url;
+      const engineOptions = { ...topology.engine, ...(topology.listenDirect ? { listenConnectionString: options.url } : {}) };
+      return system.open({ ...options, url, engineOptions });
+    },
+  };
+}
+
+const systems = topologies.map((t) => inTopology(ours, t, topologies.length === 1));
 if (args.peer?.startsWith('engine:')) {
   const enginePath = args.peer.slice('engine:'.length);
   // …/<build>/dist/engine/index.js → "engine <build>"
   const build = path.basename(path.resolve(enginePath, '..', '..', '..'));
-  systems.push(await loadEngine(enginePath, { key: 'other', label: `engine ${build}` }));
+  systems.push(inTopology(await loadEngine(enginePath, { key: 'other', label: `engine ${build}` }), topologies[0], true));
 }
 else if (args.peer) systems.push(await import(PEERS[args.peer]));
+/** The engine's own systems (one per topology): every check must pass for them. */
+const mustPass = new Set(systems.slice(0, topologies.length));
 
 const checks = [];
 /** name → { unit, better, params, values: { systemKey: number[] }, capped: { systemKey: number } } */
@@ -165,6 +220,8 @@ const context = {
   postgres: await serverContext(serverUrl),
   systems: systems.map((s) => s.label),
   engine: ours.enginePath ?? `dist/engine from ${gitDescribe()}`,
+  topologies,
+  pgbouncer: topologies.some((t) => TOPOLOGIES[t].pooler) ? pgBouncerVersion() : undefined,
   runs,
   quick: args.quick,
 };
@@ -222,22 +279,26 @@ try {
           if (capped) problems.push(`${c.succeeded}/${c.jobs} succeeded by the ${sizes.maxSeconds} s cap (${JSON.stringify(Object.fromEntries(notDone))} left)`);
           checks.push({ scenario: scenario.key, run: r, system: sys.key, status, problems });
           // Ours must drain every job exactly once; a polling peer that is merely slow is reported as capped.
-          if (sys === ours && problems.length) failed = true;
+          if (mustPass.has(sys) && problems.length) failed = true;
         }
       }
     }
   }
 } finally {
+  await Promise.allSettled([...bouncers.values()].map((b) => b.stop()));
   await db.drop().catch((error) => progress(`could not drop ${db.name}: ${error.message}`));
 }
 context.loadAverageAtEnd = os.loadavg().map((x) => Math.round(x * 100) / 100);
 context.wallSeconds = Math.round((Date.now() - started) / 1000);
 
-const peer = systems[1];
+// One topology: ours (in it) beside an optional peer. Several: each topology beside the first.
+const base = systems[0];
+const peer = topologies.length === 1 ? systems[1] : undefined;
+const variants = topologies.length > 1 ? systems.slice(1) : [];
 if (args.json) {
   progress(`context: ${JSON.stringify(context)}`);
   for (const f of figures.values()) {
-    const mine = summarize(f.values[ours.key] ?? []);
+    const mine = summarize(f.values[base.key] ?? []);
     for (const sys of systems) {
       const s = summarize(f.values[sys.key] ?? []);
       const out = {
@@ -255,7 +316,8 @@ if (args.json) {
       if (f.capped[sys.key]) out.cappedRuns = f.capped[sys.key];
       const figureChecks = checks.filter((c) => c.system === sys.key && c.scenario === f.scenario);
       if (figureChecks.length) out.checks = figureChecks.map(({ run, status, problems }) => ({ run, status, problems }));
-      if (sys === ours && peer) out.ratioToPeer = mine.median / summarize(f.values[peer.key] ?? []).median;
+      if (sys === base && peer) out.ratioToPeer = mine.median / summarize(f.values[peer.key] ?? []).median;
+      if (variants.includes(sys)) out.ratioTo = { system: base.key, ratio: s.median / mine.median };
       process.stdout.write(`${JSON.stringify(out)}\n`);
     }
   }
@@ -270,12 +332,13 @@ function printTable() {
   const lines = [
     `Machine: Node ${context.node}, ${context.cpus} cores (${context.cpuModel}), ${context.memory}; load average ${context.loadAverageAtStart.join(' ')} at start, ${context.loadAverageAtEnd.join(' ')} at end`,
     `PostgreSQL: ${pg.serverVersion} (${pg.kind} server${pg.kind === 'embedded' ? ', durability off' : ''}: ${context.server}); synchronous_commit=${pg.synchronousCommit}, fsync=${pg.fsync}, shared_buffers=${pg.sharedBuffers}`,
-    `Engine: ${context.engine}.`,
+    `Engine: ${context.engine}.${context.pgbouncer ? ` ${context.pgbouncer} (started by this run, in front of that server).` : ''}`,
     `Systems: ${context.systems.join(' vs ')}. Median of ${runs} run(s) [min–max]; ${context.wallSeconds} s in all.${args.quick ? ' QUICK sizes: a smoke test.' : ''}`,
     '',
   ];
-  const header = ['figure', 'unit', ours.label];
+  const header = ['figure', 'unit', base.label];
   if (peer) header.push(peer.label, 'ours/peer', 'better');
+  for (const sys of variants) header.push(sys.label, `÷ ${base.label}`);
   const rows = [header];
   for (const f of figures.values()) {
     const cell = (sys) => {
@@ -283,11 +346,13 @@ function printTable() {
       const capped = f.capped[sys.key] ? ` *${f.capped[sys.key]}` : '';
       return `${format(s.median, f.unit)} [${format(s.min, f.unit)}–${format(s.max, f.unit)}]${capped}`;
     };
-    const row = [f.name, f.unit, cell(ours)];
-    if (peer) {
-      const ratio = summarize(f.values[ours.key] ?? []).median / summarize(f.values[peer.key] ?? []).median;
-      row.push(cell(peer), Number.isFinite(ratio) ? `${ratio >= 10 ? ratio.toFixed(0) : ratio.toFixed(2)}×` : 'n/a', f.better);
-    }
+    const ratioOf = (a, b) => {
+      const ratio = summarize(f.values[a.key] ?? []).median / summarize(f.values[b.key] ?? []).median;
+      return Number.isFinite(ratio) ? `${ratio >= 10 ? ratio.toFixed(0) : ratio.toFixed(2)}×` : 'n/a';
+    };
+    const row = [f.name, f.unit, cell(base)];
+    if (peer) row.push(cell(peer), ratioOf(base, peer), f.better);
+    for (const sys of variants) row.push(cell(sys), ratioOf(sys, base));
     rows.push(row);
   }
   const widths = header.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
@@ -319,6 +384,7 @@ function printTable() {
     lines.push(`  ${k}: ${tally}${bad.length ? ` — ${bad.map((c) => `run ${c.run}: ${c.problems.join('; ')}`).join(' | ')}` : ''}`);
   }
   if (peer) lines.push('', 'ours/peer: the ratio of the medians. For jobs/s above 1 means ours is faster; for ms below 1 means ours is faster.');
+  if (variants.length) lines.push('', `÷ ${base.label}: each topology's median over ${base.label}'s. For jobs/s below 1 is a cost; for ms above 1 is.`);
   process.stdout.write(`${lines.join('\n')}\n`);
 }
 

@@ -223,8 +223,8 @@ async function copyNative(nativeDir, root) {
   return { initdb: path.join(copy, 'bin', 'initdb'), postgres: path.join(copy, 'bin', 'postgres') };
 }
 
-/** As root: the OS user to run postgres as (it refuses to run as root). */
-function ensureOsUser() {
+/** As root: the OS user to run postgres as (it refuses to run as root). Shared with scripts/pgbouncer.mjs. */
+export function ensureOsUser() {
   const lookup = (name) => {
     const uid = spawnSync('id', ['-u', name], { encoding: 'utf8' });
     const gid = spawnSync('id', ['-g', name], { encoding: 'utf8' });
@@ -244,7 +244,7 @@ function ensureOsUser() {
   throw new Error(`running as root, and PostgreSQL refuses to run as root. There is no \`postgres\` OS user and \`useradd ${CREATED_OS_USER}\` failed (${why}). Create an unprivileged user named postgres, run as a normal user, or ${FALLBACK_HINT}`);
 }
 
-async function chownTree(dir, user) {
+export async function chownTree(dir, user) {
   await fsp.lchown(dir, user.uid, user.gid);
   for (const entry of await fsp.readdir(dir, { withFileTypes: true })) {
     const full = path.join(dir, entry.name);
@@ -311,7 +311,7 @@ function serverArgs(port, dataDir, socketDir, extra = {}) {
   return ['-D', dataDir, ...Object.entries(settings).flatMap(([key, value]) => ['-c', `${key}=${value}`])];
 }
 
-function freePort() {
+export function freePort() {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.unref();
@@ -395,7 +395,7 @@ async function logTail(file, lines = 30) {
 }
 
 /** Whether `promise` settles within `ms`; the timer does not outlive the race. */
-async function within(promise, ms) {
+export async function within(promise, ms) {
   let timer;
   const timeout = new Promise((resolve) => (timer = setTimeout(resolve, ms, within)));
   try {

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { isConnectionError } from './pg-errors.js';
+import { isConnectionError, isPreparedStatementNameRefused } from './pg-errors.js';
 import { CLIENT_TIMEOUT_SLACK_MS, type Queries, type QueryText } from './sql.js';
 
 /**
@@ -15,13 +15,23 @@ export interface Queryable {
  * (QueryText.planPerCall). The statement carries its client-side timeout (`query_timeout`, see
  * createQueries): a statement on a connection that died silently fails after it instead of
  * waiting for the kernel to give up (~15 minutes).
+ *
+ * pg remembers which names it prepared on each connection. A server that does not know one of
+ * them, or knows one already, is not the connection pg prepared it on: what a transaction pooler
+ * does (or a DEALLOCATE behind pg's back). The statement fails as the server said (nothing ran),
+ * and QueryText.nameRefused hears of it.
  */
 export async function run<R extends pg.QueryResultRow>(db: Queryable, query: QueryText, values: unknown[]): Promise<R[]> {
   const { name, text, query_timeout } = query;
   // pg reads query_timeout from the config; its types do not declare it.
   const config: pg.QueryConfig & { query_timeout: number } = query.planPerCall ? { text, values, query_timeout } : { name, text, values, query_timeout };
-  const result = await db.query<R>(config);
-  return result.rows;
+  try {
+    const result = await db.query<R>(config);
+    return result.rows;
+  } catch (error) {
+    if (query.nameRefused && isPreparedStatementNameRefused(error)) query.nameRefused(error as Error);
+    throw error;
+  }
 }
 
 export interface TransactionOptions {

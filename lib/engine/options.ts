@@ -1,5 +1,5 @@
 import { COMPLETER_OPTIONS, type CompleterConfig } from './completer.js';
-import { integer, nested, oneOf, opaque, section, string, TIMER_MAX_MS, timerMs } from './config.js';
+import { boolean, integer, nested, oneOf, opaque, section, string, TIMER_MAX_MS, timerMs } from './config.js';
 import { DEFAULT_SCHEMA } from './identifiers.js';
 import { KEY_HANDOFFS_OPTIONS, type KeyHandoffsConfig } from './key-handoffs.js';
 import { FAILURE_LOG_INTERVAL_MS } from './log-throttle.js';
@@ -30,6 +30,14 @@ export interface PgQueueOptions {
    * down, with a warning that names this option.
    */
   listenConnectionString?: string;
+  /**
+   * Prepare each statement once per connection, by name (default), or send every statement
+   * unnamed (`false`), planned on each call. Set false when the main connection goes through
+   * PgBouncer (or another pooler) in transaction mode: there consecutive statements of one client
+   * run on different server connections, and a name prepared on one is unknown on the next.
+   * A statement refused for its name while this is true is told once, with a warning naming it.
+   */
+  preparedStatements?: boolean;
   schema?: string;
   /** This process's identity in `lease_owner`; default `host:pid:random`. Must be unique per process. */
   workerId?: string;
@@ -83,7 +91,7 @@ export const MAX_FREE_RELEASES_DEFAULT = 3;
 
 /** What the engine's constructor works with: every option with a default has its value. */
 export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'handlerDefaults'> &
-  Required<Pick<PgQueueOptions, 'poolSize' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs'>> & {
+  Required<Pick<PgQueueOptions, 'poolSize' | 'preparedStatements' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs'>> & {
     reaper: ReaperConfig;
     scheduler: SchedulerConfig;
     pruner: PrunerConfig | false;
@@ -100,6 +108,7 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     pool: opaque('object'),
     poolSize: integer(2, 1_000),
     listenConnectionString: string(),
+    preparedStatements: boolean(),
     // Its own validator (validateSchemaName) says more than a pattern could.
     schema: string(),
     workerId: string(/^[\x21-\x7e]{1,200}$/, 'Use 1-200 printable ASCII characters without spaces, unique per process.'),
@@ -123,6 +132,7 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
   },
   {
     poolSize: POOL_SIZE_DEFAULT,
+    preparedStatements: true,
     schema: DEFAULT_SCHEMA,
     migrations: MIGRATION_MODE_DEFAULT,
     pollIntervalMs: POLL_INTERVAL_DEFAULT_MS,

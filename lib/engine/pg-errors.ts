@@ -86,3 +86,13 @@ export function toCallError(error: unknown, context: CallContext): unknown {
   if (isConnectionError(error)) return new DatabaseUnavailableError(context.target, error);
   return error;
 }
+
+/**
+ * The server refused a prepared statement's name: 26000 (invalid_sql_statement_name: no statement
+ * of that name on this connection) or 42P05 (duplicate_prepared_statement: one exists already).
+ * Raised at Bind or Parse, so the statement did not run.
+ */
+export function isPreparedStatementNameRefused(error: unknown): boolean {
+  const state = sqlState(error);
+  return state === '26000' || state === '42P05';
+}

@@ -259,7 +259,21 @@ export class PgQueue {
     if (this.ownsPool) this.pool.on('error', (error) => this.failures.failed(IDLE_POOL_CONNECTION, error.message, 'warn'));
 
     this.callContext = { target: describeTarget((this.pool as unknown as { options: pg.ClientConfig }).options), statementTimeoutMs };
-    this.queries = createQueries(this.schema, { statementTimeoutMs });
+    let toldNameRefused = false;
+    const { preparedStatements } = options;
+    this.queries = createQueries(this.schema, {
+      statementTimeoutMs,
+      preparedStatements,
+      // Once: through a transaction pooler nearly every statement would say it again.
+      nameRefused: (error) => {
+        if (toldNameRefused) return;
+        toldNameRefused = true;
+        this.logger.warn(
+          `The server refused one of the queue's prepared statements (${error.message}): its connections are most likely shared by a pooler in transaction mode (PgBouncer pool_mode = transaction), where each statement may run on another server connection. ` +
+            'Set preparedStatements: false (and listenConnectionString to a direct connection for LISTEN). Until then statements of the queue fail at random.',
+        );
+      },
+    });
     const channel = wakeChannel(this.schema);
     this.channel = channel;
     const listenConfig: pg.ClientConfig = options.listenConnectionString

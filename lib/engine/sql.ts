@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { quoteIdentifier, validateSchemaName } from './identifiers.js';
 import { BACKOFF_MAX_EXPONENT } from './retry.js';
 
@@ -6,7 +7,9 @@ import { BACKOFF_MAX_EXPONENT } from './retry.js';
  * interpolated into SQL; it is validated and quoted first. Everything else is a bound parameter.
  *
  * Statements are prepared by name per connection (the name includes the schema, so two engines
- * with different schemas on one pool never share a plan).
+ * with different schemas on one pool never share a plan), unless `preparedStatements` is false:
+ * through a transaction pooler consecutive statements of one client run on different server
+ * connections, so a name prepared on one is unknown on the next (and already taken on another).
  */
 
 /**
@@ -183,14 +186,24 @@ export interface QueryText {
    * Sent unnamed, so planned for its values on every call, instead of prepared once per
    * connection: for the few statements whose right index depends on the values, which the
    * generic plan a prepared statement may switch to after five calls does not know. Only rare
-   * (operator) statements, where a planning per call costs nothing that matters.
+   * (operator) statements, where a planning per call costs nothing that matters. With
+   * `preparedStatements: false`, every statement.
    */
   readonly planPerCall?: boolean;
+  /**
+   * A named statement's name was refused by the server (unknown on the connection, or already
+   * taken there): told to the engine, which explains it once (see run()).
+   */
+  readonly nameRefused?: (error: Error) => void;
 }
 
 export interface QueryOptions {
   /** Bound of every statement (see PgQueueOptions.statementTimeoutMs). */
   readonly statementTimeoutMs: number;
+  /** false: every statement is sent unnamed (see PgQueueOptions.preparedStatements). Default true. */
+  readonly preparedStatements?: boolean;
+  /** Told when the server refuses a named statement's name (see QueryText.nameRefused). */
+  readonly nameRefused?: (error: Error) => void;
 }
 
 export const STATEMENT_TIMEOUT_DEFAULT_MS = 10_000;
@@ -201,6 +214,22 @@ export const STATEMENT_TIMEOUT_DEFAULT_MS = 10_000;
  */
 export const CLIENT_TIMEOUT_SLACK_MS = 1_000;
 
+/** PostgreSQL cuts names (prepared statements' too) to this many bytes. */
+const NAME_MAX_BYTES = 63;
+/** The longest statement name below (`end-cancelled-attempt`), with room to spare. */
+const STATEMENT_NAME_MAX = 30;
+
+/**
+ * `pgq:<schema>:`, or `pgq:<hash of the schema>:` when a long schema name would push a statement's
+ * name past NAME_MAX_BYTES: the server would cut it short, and statements whose names then agree
+ * would take each other's name ("already exists"). Schema names are ASCII (validateSchemaName).
+ */
+function statementPrefix(schema: string): string {
+  const plain = `pgq:${schema}:`;
+  if (plain.length + STATEMENT_NAME_MAX <= NAME_MAX_BYTES) return plain;
+  return `pgq:${createHash('sha256').update(schema).digest('hex').slice(0, 16)}:`;
+}
+
 export function createQueries(schemaName: string, options: QueryOptions = { statementTimeoutMs: STATEMENT_TIMEOUT_DEFAULT_MS }): Queries {
   const schema = validateSchemaName(schemaName);
   const s = quoteIdentifier(schema);
@@ -208,7 +237,14 @@ export function createQueries(schemaName: string, options: QueryOptions = { stat
   const events = `${s}.job_events`;
   const status = `${s}.job_status`;
   const query_timeout = options.statementTimeoutMs + CLIENT_TIMEOUT_SLACK_MS;
-  const q = (name: string, text: string, extra: { planPerCall?: boolean } = {}): QueryText => ({ name: `pgq:${schema}:${name}`, text, query_timeout, ...extra });
+  const named = options.preparedStatements ?? true;
+  const prefix = statementPrefix(schema);
+  const q = (name: string, text: string, extra: { planPerCall?: boolean } = {}): QueryText => {
+    // A programmer's error, caught by any test that creates the queries.
+    if (name.length > STATEMENT_NAME_MAX) throw new Error(`statement name "${name}" is longer than ${STATEMENT_NAME_MAX} characters`);
+    const planPerCall = extra.planPerCall === true || !named;
+    return { name: `${prefix}${name}`, text, query_timeout, ...(planPerCall ? { planPerCall } : { nameRefused: options.nameRefused }) };
+  };
 
   /**
    * A page of dead jobs, oldest death first, after a keyset cursor ($1 finished_at, $2 id; NULL

@@ -185,6 +185,7 @@ describe('PgQueueModule', () => {
       ['a misspelt pruner option', { connectionString: 'postgres://x/y', pruner: { retention: 10 } as never }, /Invalid option "pruner.retention": it is not an option of the pruner/],
       ['an interval past what a timer can wait', { connectionString: 'postgres://x/y', pollIntervalMs: 2 ** 31 }, /Invalid option "pollIntervalMs": 2147483648 is not an integer from 10 to 2147483647/],
       ['an engine option the module passes on', { connectionString: 'postgres://x/y', statementTimeoutMs: 5 }, /Invalid option "statementTimeoutMs"/],
+      ['a bad preparedStatements (an engine option the module passes on)', { connectionString: 'postgres://x/y', preparedStatements: 'false' as never }, /Invalid option "preparedStatements": "false" is not a boolean/],
       ['a misspelt option', { connectionString: 'postgres://x/y', shutdownTimeout: 5 } as PgQueueModuleOptions, /Invalid option "shutdownTimeout": it is not an option of PgQueueModule/],
       ['a bad migrations mode', { connectionString: 'postgres://x/y', migrations: 'sometimes' as never }, /Invalid option "migrations": "sometimes" is not one of "auto", "verify", "off"/],
       ['a bad schema', { connectionString: 'postgres://x/y', schema: 'Bad-Schema' }, /Invalid option "schema"/],
