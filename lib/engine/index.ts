@@ -14,13 +14,26 @@ export {
   type QueueStats,
   type QueueCounts,
   type EngineStats,
+  type ProcessStats,
 } from './pg-queue.js';
 export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, LiveJobStatus, FinishedJobStatus, AbortCode, CompleteOptions } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES, type EffectOptions, type Reconciliation } from './effects.js';
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';
-export { EngineMetrics, HISTOGRAM_BUCKETS_MS, type JobEvent, type CounterName, type HistogramName, type HistogramSnapshot, type Labels } from './metrics.js';
+export {
+  EngineMetrics,
+  HISTOGRAM_BUCKETS,
+  LEASE_EXPIRED_CODES,
+  LEASE_OPERATIONS,
+  type JobEvent,
+  type CounterName,
+  type HistogramName,
+  type DeprecatedHistogramName,
+  type HistogramSnapshot,
+  type Labels,
+  type LeaseOperation,
+} from './metrics.js';
 export { PRUNER_DEFAULTS, type PrunerConfig } from './pruner.js';
 export { HANDLER_DEFAULTS, type WorkerHooks } from './worker.js';
 export { REAPER_DEFAULTS, type ReaperConfig, type ReapResult } from './reaper.js';
@@ -38,7 +51,8 @@ export {
   PermanentJobError,
   RetryableJobError,
   JobStateError,
+  FENCE_LOSS_REASONS,
   type FenceLossReason,
 } from './errors.js';
-export { renderPrometheus } from './prometheus.js';
+export { renderPrometheus, PROMETHEUS_TIMEOUT_DEFAULT_MS } from './prometheus.js';
 export { checkHealth, HEALTH_DEFAULTS, type HealthThresholds, type HealthReport } from './health.js';

@@ -6,16 +6,33 @@ import { PG_QUEUE_ENGINE, QueueService, type PgQueue, type PgQueueModuleOptions 
 import { AppModule } from '../../sample-app/app.module.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
 import { CapturingLogger } from './nest.js';
+import { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
 
 /**
  * The sample app on a database of its own and a real HTTP server on a free port, as a user's e2e
- * test would boot theirs; `extraProviders` adds a test's own handlers beside the sample's.
+ * test would boot theirs; `extraProviders` adds a test's own handlers beside the sample's. With
+ * `viaProxy`, the app reaches its database (pool and listener) through a TCP proxy (`proxy`) that
+ * the test can cut or blackhole; `sql` always connects directly.
  */
-export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOptions, 'connectionString'>, extraProviders: Provider[] = []) {
+export async function bootSampleApp(
+  label: string,
+  options: Omit<PgQueueModuleOptions, 'connectionString'>,
+  extraProviders: Provider[] = [],
+  { viaProxy = false }: { viaProxy?: boolean } = {},
+) {
   const database: TestDatabase = await createTestDatabase(label);
   const logger = new CapturingLogger();
+  let proxy: TcpProxy | undefined;
+  let connectionString = database.url;
+  if (viaProxy) {
+    const target = new URL(database.url);
+    proxy = await startTcpProxy(target.hostname, Number(target.port || 5432));
+    const url = new URL(database.url);
+    url.host = `127.0.0.1:${proxy.port}`;
+    connectionString = url.toString();
+  }
   const moduleRef = await Test.createTestingModule({
-    imports: [AppModule.register({ connectionString: database.url, ...options }, extraProviders)],
+    imports: [AppModule.register({ connectionString, ...options }, extraProviders)],
   })
     .setLogger(logger)
     .compile();
@@ -30,6 +47,7 @@ export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOp
     base,
     logger,
     sql,
+    proxy,
     queue: app.get(QueueService),
     engine: app.get<PgQueue>(PG_QUEUE_ENGINE),
     get: (path: string) => fetch(`${base}${path}`),
@@ -40,7 +58,9 @@ export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOp
         body: body === undefined ? undefined : JSON.stringify(body),
       }),
     async close() {
+      proxy?.heal();
       await app.close();
+      await proxy?.close();
       await sql.end();
       await database.drop();
     },
