@@ -22,7 +22,7 @@ export {
   PRUNER_INTERVAL_NAME,
   PROMETHEUS_CONTENT_TYPE,
 } from './pg-queue.constants.js';
-export type { JobHandlerOptions, PgQueueHealthOptions, PgQueueModuleOptions, PgQueueOptionsFactory } from './interfaces/index.js';
+export type { JobHandlerOptions, PgQueueHealthOptions, PgQueueMetricsOptions, PgQueueModuleOptions, PgQueueOptionsFactory } from './interfaces/index.js';
 export { drainQueues, type DrainQueuesOptions } from './testing/index.js';
 export {
   type PgQueue,
@@ -55,6 +55,7 @@ export {
   type DeadJobPage,
   type DeadJobSummary,
   type EngineStats,
+  type ProcessStats,
   type QueueStats,
   type QueueCounts,
   type LiveJobStatus,

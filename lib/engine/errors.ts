@@ -47,7 +47,8 @@ export class MigrationError extends PgQueueError {
 }
 
 /** Why a fenced write was refused: the worker no longer owns the job. */
-export type FenceLossReason = 'lease_lost' | 'cancelled' | 'finished';
+export const FENCE_LOSS_REASONS = ['lease_lost', 'cancelled', 'finished'] as const;
+export type FenceLossReason = (typeof FENCE_LOSS_REASONS)[number];
 
 /**
  * The job's fence was refused: its lease expired or was reclaimed, it was cancelled, or it

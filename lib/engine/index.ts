@@ -14,6 +14,7 @@ export {
   type QueueStats,
   type QueueCounts,
   type EngineStats,
+  type ProcessStats,
 } from './pg-queue.js';
 export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, LiveJobStatus, FinishedJobStatus, AbortCode, CompleteOptions } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES, type EffectOptions, type Reconciliation } from './effects.js';
@@ -21,7 +22,19 @@ export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './produce
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';
 export { FAILURE_LOG_INTERVAL_MS } from './log-throttle.js';
-export { EngineMetrics, HISTOGRAM_BUCKETS_MS, type JobEvent, type CounterName, type HistogramName, type HistogramSnapshot, type Labels } from './metrics.js';
+export {
+  EngineMetrics,
+  HISTOGRAM_BUCKETS,
+  LEASE_EXPIRED_CODES,
+  LEASE_OPERATIONS,
+  type JobEvent,
+  type CounterName,
+  type HistogramName,
+  type DeprecatedHistogramName,
+  type HistogramSnapshot,
+  type Labels,
+  type LeaseOperation,
+} from './metrics.js';
 export { PRUNER_DEFAULTS, type PrunerConfig } from './pruner.js';
 export { HANDLER_DEFAULTS, type WorkerHooks } from './worker.js';
 export { REAPER_DEFAULTS, type ReaperConfig, type ReapResult } from './reaper.js';
@@ -41,7 +54,8 @@ export {
   JobStateError,
   DatabaseUnavailableError,
   DatabaseTimeoutError,
+  FENCE_LOSS_REASONS,
   type FenceLossReason,
 } from './errors.js';
-export { renderPrometheus } from './prometheus.js';
+export { renderPrometheus, PROMETHEUS_TIMEOUT_DEFAULT_MS } from './prometheus.js';
 export { checkHealth, HEALTH_DEFAULTS, type HealthThresholds, type HealthReport } from './health.js';

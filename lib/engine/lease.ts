@@ -4,7 +4,7 @@ import { run, type Queryable } from './db.js';
 import { completeInTransaction } from './transactional-completion.js';
 import { runEffect } from './effects.js';
 import { JobAbortedError, LeaseLostError, type FenceLossReason } from './errors.js';
-import type { EngineMetrics } from './metrics.js';
+import type { EngineMetrics, LeaseOperation } from './metrics.js';
 import type { Queries } from './sql.js';
 import type { TraceCarrier } from './tracing.js';
 import type { AbortCode, Job, JobContext } from './types.js';
@@ -72,8 +72,7 @@ export function fenceLossReason(code: string): FenceLossReason {
   return 'lease_lost';
 }
 
-/** The operation whose fenced write was refused (the `operation` label of lease_lost). */
-export type LeaseOperation = 'start' | 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect';
+export type { LeaseOperation } from './metrics.js';
 
 /**
  * One claimed attempt of a job, from the worker's side: its fencing token, the handler's abort

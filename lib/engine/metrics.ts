@@ -1,6 +1,11 @@
 import { metrics as otel, type Attributes, type Counter, type Histogram } from '@opentelemetry/api';
 import { Subject, type Observable } from 'rxjs';
-import type { FenceLossReason } from './errors.js';
+import { FENCE_LOSS_REASONS, type FenceLossReason } from './errors.js';
+
+/** The fenced writes a worker makes (the `operation` label of lease_lost): a closed set. */
+export const LEASE_OPERATIONS = ['start', 'complete', 'fail', 'heartbeat', 'release', 'effect'] as const;
+/** The operation whose fenced write was refused. */
+export type LeaseOperation = (typeof LEASE_OPERATIONS)[number];
 
 /** What happened to a job in this process, as a stream (`PgQueue.metrics.events$`). Never carries payloads. */
 export type JobEvent =
@@ -21,7 +26,7 @@ export type JobEvent =
       readonly jobId: string;
       readonly leaseToken: string;
       readonly reason: FenceLossReason;
-      readonly operation: 'start' | 'complete' | 'fail' | 'heartbeat' | 'release' | 'effect';
+      readonly operation: LeaseOperation;
     }
   | { readonly type: 'released'; readonly queue: string; readonly jobId: string }
   | { readonly type: 'reaped'; readonly queue: string; readonly jobId: string; readonly status: string; readonly code: string }
@@ -42,26 +47,80 @@ export type CounterName =
 
 export type Labels = Readonly<Record<string, string | number>>;
 
-/** Durations, in milliseconds. */
+/** The `code` label of `lease_expired`: what the reaper wrote on the job it recovered (see reapExpired, reapAsDead in sql.ts). */
+export const LEASE_EXPIRED_CODES = ['LEASE_EXPIRED', 'MAX_RUNTIME', 'REAP_FAILED'] as const;
+
+/** Durations, in seconds (the Prometheus base unit; the names say so, as promtool wants). */
 export type HistogramName =
   /** From when a job became due (available_at) to its claim: the queue's wait. */
-  | 'claim_wait_ms'
+  | 'claim_wait_seconds'
   /** From the claim to the recorded completion. */
-  | 'completion_latency_ms'
+  | 'completion_latency_seconds'
   /** The claim statement's round trip. */
-  | 'claim_query_ms'
+  | 'claim_query_duration_seconds'
   /** The handler's own run time. */
-  | 'handler_duration_ms';
+  | 'handler_duration_seconds';
 
-/** Upper bounds of the histogram buckets, in ms (Prometheus `le`). */
-export const HISTOGRAM_BUCKETS_MS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000];
+/**
+ * @deprecated The former names, in milliseconds. `observe()` still takes them, with a value
+ * in milliseconds that it records in seconds under the new name, until the next minor version.
+ */
+export type DeprecatedHistogramName = 'claim_wait_ms' | 'completion_latency_ms' | 'claim_query_ms' | 'handler_duration_ms';
+
+const RENAMED_HISTOGRAMS: Readonly<Record<DeprecatedHistogramName, HistogramName>> = {
+  claim_wait_ms: 'claim_wait_seconds',
+  completion_latency_ms: 'completion_latency_seconds',
+  claim_query_ms: 'claim_query_duration_seconds',
+  handler_duration_ms: 'handler_duration_seconds',
+};
+
+/**
+ * How long a job's steps take: a few ms (a wake-up by NOTIFY, a quick handler), the poll interval
+ * (2 s by default) without one, minutes to an hour behind a backlog or for a long handler. From
+ * 1 s to 15 min each bound is at most 5/3 of the one below it, so a quantile read from the buckets
+ * is within 5/3 of the truth there (the old 10 s → 30 s gap read a p99 of 29.6 s for waits of at
+ * most 20 s); below 1 s within 2.5×, above 15 min within 2×.
+ */
+const JOB_STEP_BUCKETS_SECONDS = [
+  0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 450, 600, 900, 1_800, 3_600,
+] as const;
+
+/**
+ * A statement's round trip: about a millisecond when healthy, up to the statement timeout (10 s
+ * by default) when not. Within 5/3 from 1 ms to 100 ms, within 2.5× up to 10 s.
+ */
+const QUERY_BUCKETS_SECONDS = [
+  0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+] as const;
+
+/** Upper bounds of each histogram's buckets, in seconds (Prometheus `le`; +Inf is implied). */
+export const HISTOGRAM_BUCKETS: Readonly<Record<HistogramName, readonly number[]>> = {
+  claim_wait_seconds: JOB_STEP_BUCKETS_SECONDS,
+  completion_latency_seconds: JOB_STEP_BUCKETS_SECONDS,
+  claim_query_duration_seconds: QUERY_BUCKETS_SECONDS,
+  handler_duration_seconds: JOB_STEP_BUCKETS_SECONDS,
+};
+
+/**
+ * The OpenTelemetry instrument of each histogram (unit `s`): without the unit in the name, as
+ * OpenTelemetry names go; an OpenTelemetry Prometheus exporter adds `_seconds` back.
+ */
+const OTEL_HISTOGRAM_NAMES: Readonly<Record<HistogramName, string>> = {
+  claim_wait_seconds: 'pgqueue.claim_wait',
+  completion_latency_seconds: 'pgqueue.completion_latency',
+  claim_query_duration_seconds: 'pgqueue.claim_query_duration',
+  handler_duration_seconds: 'pgqueue.handler_duration',
+};
 
 export interface HistogramSnapshot {
   name: HistogramName;
   labels: Labels;
-  /** Cumulative counts per bucket of HISTOGRAM_BUCKETS_MS. */
+  /** The buckets' upper bounds, in seconds (HISTOGRAM_BUCKETS[name]). */
+  bounds: readonly number[];
+  /** Cumulative counts per bucket of `bounds`. */
   buckets: number[];
   count: number;
+  /** In seconds. */
   sum: number;
 }
 
@@ -81,7 +140,7 @@ export class EngineMetrics {
   readonly events$: Observable<JobEvent> = this.subject.asObservable();
 
   increment(name: CounterName, labels: Labels = {}, by = 1): void {
-    const key = `${name}${JSON.stringify(labels)}`;
+    const key = seriesKey(name, labels);
     const counter = this.counters.get(key);
     if (counter) counter.value += by;
     else this.counters.set(key, { name, labels, value: by });
@@ -90,19 +149,44 @@ export class EngineMetrics {
     published.add(by, labels as Attributes);
   }
 
-  observe(name: HistogramName, valueMs: number, labels: Labels = {}): void {
-    const key = `${name}${JSON.stringify(labels)}`;
+  /**
+   * Creates, at 0, every series of the counters whose labels are a closed set, for a queue this
+   * process handles: Prometheus's `increase()` and `rate()` need a sample before the first event
+   * to count it, and a series that first appears at 1 reads as no increase at all. Counters keyed
+   * by an error code (retried, dead) have no closed set and appear with their first event.
+   */
+  handles(queue: string): void {
+    const zero = (name: CounterName, labels: Labels) => this.increment(name, labels, 0);
+    for (const name of ['jobs_claimed', 'jobs_succeeded', 'jobs_released', 'heartbeats', 'heartbeat_failures', 'claim_queries'] as const) zero(name, { queue });
+    for (const reason of FENCE_LOSS_REASONS) for (const operation of LEASE_OPERATIONS) zero('lease_lost', { queue, reason, operation });
+    for (const code of LEASE_EXPIRED_CODES) zero('lease_expired', { queue, code });
+  }
+
+  /** Records a duration, in seconds (a deprecated `_ms` name takes milliseconds). */
+  observe(name: HistogramName | DeprecatedHistogramName, seconds: number, labels: Labels = {}): void {
+    if (Object.hasOwn(RENAMED_HISTOGRAMS, name)) this.record(RENAMED_HISTOGRAMS[name as DeprecatedHistogramName], seconds / 1_000, labels);
+    else this.record(name as HistogramName, seconds, labels);
+  }
+
+  private record(name: HistogramName, seconds: number, labels: Labels): void {
+    const key = seriesKey(name, labels);
+    const bounds = HISTOGRAM_BUCKETS[name];
     let histogram = this.histograms.get(key);
     if (!histogram) {
-      histogram = { name, labels, buckets: HISTOGRAM_BUCKETS_MS.map(() => 0), count: 0, sum: 0 };
+      histogram = { name, labels, bounds, buckets: bounds.map(() => 0), count: 0, sum: 0 };
       this.histograms.set(key, histogram);
     }
-    for (let i = HISTOGRAM_BUCKETS_MS.length - 1; i >= 0 && valueMs <= HISTOGRAM_BUCKETS_MS[i]!; i--) histogram.buckets[i]! += 1;
+    for (let i = bounds.length - 1; i >= 0 && seconds <= bounds[i]!; i--) histogram.buckets[i]! += 1;
     histogram.count += 1;
-    histogram.sum += valueMs;
+    histogram.sum += seconds;
     let published = this.otelHistograms.get(name);
-    if (!published) this.otelHistograms.set(name, (published = this.meter.createHistogram(`pgqueue.${name}`, { unit: 'ms' })));
-    published.record(valueMs, labels as Attributes);
+    if (!published) {
+      // The SDK's default boundaries (0 to 10,000) are made for milliseconds: in seconds nearly
+      // every job would land in the first few. Advise ours.
+      published = this.meter.createHistogram(OTEL_HISTOGRAM_NAMES[name], { unit: 's', advice: { explicitBucketBoundaries: [...bounds] } });
+      this.otelHistograms.set(name, published);
+    }
+    published.record(seconds, labels as Attributes);
   }
 
   histogramSnapshot(): HistogramSnapshot[] {
@@ -130,4 +214,13 @@ export class EngineMetrics {
   complete(): void {
     this.subject.complete();
   }
+}
+
+/**
+ * One series per name and label values, whatever the labels' order or type: `{ attempt: 1 }` and
+ * `{ attempt: '1' }` render the same line, so two entries for them would be a duplicate series.
+ * (The default sort compares "name,value": a label name has no comma, so names alone decide.)
+ */
+function seriesKey(name: string, labels: Labels): string {
+  return `${name}${JSON.stringify(Object.entries(labels).map(([k, v]) => [k, String(v)]).sort())}`;
 }

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import pg from 'pg';
 import { Completer } from './completer.js';
 import { KeyHandoffs } from './key-handoffs.js';
-import { requireInteger, resolveSection } from './config.js';
+import { requireInteger, resolveSection, TIMER_MAX_MS } from './config.js';
 import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from './options.js';
 
 export type { PgQueueOptions } from './options.js';
@@ -16,6 +16,7 @@ import { EngineMetrics } from './metrics.js';
 import { migrate, type MigrationMode, type MigrationReport } from './migrator.js';
 import { Notifier } from './notifier.js';
 import { toCallError, type CallContext } from './pg-errors.js';
+import { PROMETHEUS_TIMEOUT_DEFAULT_MS, renderPrometheus } from './prometheus.js';
 import { Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
 import { Pruner } from './pruner.js';
 import { Reaper, type ReapResult } from './reaper.js';
@@ -95,17 +96,24 @@ export interface QueueStats {
   slots: { busy: number; total: number } | undefined;
 }
 
-export interface EngineStats {
+/** What this process knows of itself, without asking the database (`processStats()`). */
+export interface ProcessStats {
   at: Date;
-  /** The window of `counts.recent`, in ms (the `recentWindowMs` option of `stats()`). */
-  recentWindowMs: number;
-  queues: QueueStats[];
   /**
    * The LISTEN connection. `listening` only once it has heard its own probe NOTIFY (sent through
    * the pool) since it last connected; `downForMs` counts from the drop, or from the probe it missed.
    */
   listener: { listening: boolean; downForMs: number };
   pool: { total: number; idle: number; waiting: number };
+  /** The handler slots of each queue this process handles (the same figures as `QueueStats.slots`). */
+  workers: { queue: string; busy: number; total: number }[];
+}
+
+/** `stats()`: this process's figures and the database's snapshot. */
+export interface EngineStats extends ProcessStats {
+  /** The window of `counts.recent`, in ms (the `recentWindowMs` option of `stats()`). */
+  recentWindowMs: number;
+  queues: QueueStats[];
   database: { connections: number; lockWaits: number };
 }
 
@@ -214,6 +222,10 @@ export class PgQueue {
   /** What a failed public call is reported against (see call()). */
   private readonly callContext: CallContext;
   private state: 'new' | 'started' | 'stopped' = 'new';
+  /** The `stats()` read that scrapes share while it runs (see prometheus()). */
+  private scrapeRead: Promise<EngineStats> | undefined;
+  /** Whether the last scrape's read answered: an outage is logged once, not on every scrape. */
+  private scrapeAnswered = true;
 
   constructor(given: PgQueueOptions) {
     if (given === null || typeof given !== 'object') {
@@ -686,7 +698,7 @@ export class PgQueue {
         run<{ connections: number; lock_waits: number }>(this.pool, this.queries.databaseStats, []),
       ]);
       return {
-        at: new Date(),
+        ...this.processStats(),
         recentWindowMs,
         queues: queues.map((q) => {
           const worker = this.workers.get(q.queue);
@@ -708,8 +720,6 @@ export class PgQueue {
             slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined,
           };
         }),
-        listener: { listening: this.notifier.listening, downForMs: this.notifier.downForMs },
-        pool: { total: this.pool.totalCount, idle: this.pool.idleCount, waiting: this.pool.waitingCount },
         database: { connections: database?.connections ?? 0, lockWaits: database?.lock_waits ?? 0 },
       };
     });
@@ -728,6 +738,53 @@ export class PgQueue {
       const target = (db && targetOf(db)) ?? this.callContext.target;
       throw toCallError(error, target === this.callContext.target ? this.callContext : { ...this.callContext, target });
     }
+  }
+
+  /** This process's own figures: no query, so they are there when the database is not. */
+  processStats(): ProcessStats {
+    return {
+      at: new Date(),
+      listener: { listening: this.notifier.listening, downForMs: this.notifier.downForMs },
+      pool: { total: this.pool.totalCount, idle: this.pool.idleCount, waiting: this.pool.waitingCount },
+      workers: [...this.workers].map(([queue, worker]) => ({ queue, busy: worker.busySlots, total: worker.options.concurrency })),
+    };
+  }
+
+  /**
+   * Every metric in the Prometheus text format (see renderPrometheus), for a scrape: this
+   * process's counters and histograms, and a `stats()` snapshot read within `timeoutMs` (default
+   * 5 s, under Prometheus's default scrape timeout of 10 s). When the database fails or does not
+   * answer in time the scrape still answers, without the database's gauges and with
+   * `pgqueue_database_up 0`: a scrape that failed would lose every figure of this process too.
+   */
+  async prometheus(options: { timeoutMs?: number } = {}): Promise<string> {
+    const timeoutMs = requireInteger('timeoutMs', options.timeoutMs ?? PROMETHEUS_TIMEOUT_DEFAULT_MS, 1, TIMER_MAX_MS);
+    // Scrapes that overlap (two Prometheus servers, a slow read) share one read: in an outage each
+    // read holds pool connections until its statements time out. A read that outlived a scrape's
+    // timeout is not shared any further, though: on a pool without a connect timeout (one the app
+    // passed) it may never settle, and would keep every later scrape at database_up 0.
+    const read = (this.scrapeRead ??= this.stats().finally(() => {
+      if (this.scrapeRead === read) this.scrapeRead = undefined;
+    }));
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      read.then(
+        (stats) => ({ stats }),
+        (error: unknown) => ({ problem: (error as Error).message }),
+      ),
+      new Promise<{ problem: string }>((resolve) => (timer = setTimeout(() => resolve({ problem: `no answer within ${timeoutMs} ms` }), timeoutMs))),
+    ]).finally(() => clearTimeout(timer));
+    if (this.scrapeRead === read) this.scrapeRead = undefined;
+    if ('stats' in outcome) {
+      if (!this.scrapeAnswered) this.logger.log('Metrics: the database answers again; /metrics has its gauges back.');
+      this.scrapeAnswered = true;
+      return renderPrometheus(this.metrics, outcome.stats);
+    }
+    if (this.scrapeAnswered) {
+      this.logger.warn(`Metrics: the database snapshot failed (${outcome.problem}); /metrics leaves out the database's gauges and reads pgqueue_database_up 0 until it answers.`);
+    }
+    this.scrapeAnswered = false;
+    return renderPrometheus(this.metrics, this.processStats());
   }
 
   private async setPaused(queue: string, paused: boolean): Promise<void> {

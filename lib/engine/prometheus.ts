@@ -1,16 +1,23 @@
-import { HISTOGRAM_BUCKETS_MS, type EngineMetrics, type Labels } from './metrics.js';
-import type { EngineStats } from './pg-queue.js';
+import type { CounterName, EngineMetrics, HistogramName, Labels } from './metrics.js';
+import type { EngineStats, ProcessStats } from './pg-queue.js';
 import type { FinishedJobStatus, LiveJobStatus } from './types.js';
+
+/** How long a scrape waits for the database's snapshot (`PgQueue.prometheus()`): under Prometheus's default scrape timeout of 10 s. */
+export const PROMETHEUS_TIMEOUT_DEFAULT_MS = 5_000;
 
 const LIVE_JOB_STATUSES: readonly LiveJobStatus[] = ['scheduled', 'pending', 'running', 'dead'];
 const FINISHED_JOB_STATUSES: readonly FinishedJobStatus[] = ['succeeded', 'cancelled'];
 
 /**
- * The Prometheus text exposition of a process's counters and histograms plus a database
- * snapshot (`PgQueue.stats()`). Counters and histograms are this process's; gauges read from the
- * database are the whole queue's, so scrape one process for them or aggregate with `max`.
+ * The Prometheus text exposition of a process's counters and histograms plus a snapshot: a
+ * `PgQueue.stats()` (the database answered: `pgqueue_database_up 1`), or only its
+ * `processStats()` (it did not: `pgqueue_database_up 0`, and the gauges read from the database
+ * are left out rather than reported as zeros). Counters and histograms are this process's; gauges
+ * read from the database are the whole queue's, so scrape one process for them or aggregate with
+ * `max`. Each family it renders is one group (HELP, TYPE, then its samples), declared even before
+ * it has a sample.
  */
-export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats): string {
+export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats | ProcessStats): string {
   const out: string[] = [];
   const family = (name: string, type: 'counter' | 'gauge' | 'histogram', help: string) => {
     out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
@@ -29,12 +36,35 @@ export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats): st
     const name = `pgqueue_${histogram}`;
     family(name, 'histogram', help);
     for (const h of histograms.filter((h) => h.name === histogram)) {
-      HISTOGRAM_BUCKETS_MS.forEach((le, i) => sample(`${name}_bucket`, { ...h.labels, le }, h.buckets[i]!));
+      h.bounds.forEach((le, i) => sample(`${name}_bucket`, { ...h.labels, le }, h.buckets[i]!));
       sample(`${name}_bucket`, { ...h.labels, le: '+Inf' }, h.count);
       sample(`${name}_sum`, h.labels, h.sum);
       sample(`${name}_count`, h.labels, h.count);
     }
   }
+
+  // This process's own gauges: there whether or not the database answered.
+  // Each family's samples follow its own HELP and TYPE, one group per family, as the format wants.
+  family('pgqueue_worker_slots', 'gauge', "This process's handler slots per queue.");
+  for (const w of stats.workers) sample('pgqueue_worker_slots', { queue: w.queue }, w.total);
+  family('pgqueue_worker_busy_slots', 'gauge', "This process's busy handler slots per queue.");
+  for (const w of stats.workers) sample('pgqueue_worker_busy_slots', { queue: w.queue }, w.busy);
+  family('pgqueue_worker_saturation', 'gauge', 'Busy slots over total slots (1 = saturated).');
+  for (const w of stats.workers) sample('pgqueue_worker_saturation', { queue: w.queue }, w.busy / w.total);
+  family('pgqueue_listener_up', 'gauge', '1 while the LISTEN connection is up and hears its probe NOTIFY.');
+  sample('pgqueue_listener_up', {}, stats.listener.listening ? 1 : 0);
+  family('pgqueue_listener_down_seconds', 'gauge', 'How long the LISTEN connection has been down or deaf (0 when up).');
+  sample('pgqueue_listener_down_seconds', {}, stats.listener.downForMs / 1_000);
+  family('pgqueue_pool_connections', 'gauge', "The pool's connections by state.");
+  sample('pgqueue_pool_connections', { state: 'total' }, stats.pool.total);
+  sample('pgqueue_pool_connections', { state: 'idle' }, stats.pool.idle);
+  sample('pgqueue_pool_connections', { state: 'waiting' }, stats.pool.waiting);
+
+  const answered = 'queues' in stats;
+  family('pgqueue_database_up', 'gauge', '1 when this scrape read the database; 0 when it failed or did not answer in time (its gauges are then left out).');
+  sample('pgqueue_database_up', {}, answered ? 1 : 0);
+  // Left out, not zeros: a 0 would read as an empty queue, and its alerts would clear.
+  if (!answered) return `${out.join('\n')}\n`;
 
   // Every status of every declared queue, zeros included: a series that vanishes is not a zero.
   // Succeeded and cancelled jobs are history, not a state to watch: counting them would make every
@@ -57,23 +87,6 @@ export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats): st
   for (const q of stats.queues) sample('pgqueue_running_near_lease_expiry', { queue: q.queue }, q.runningNearExpiry);
   family('pgqueue_queue_paused', 'gauge', '1 when the queue is paused.');
   for (const q of stats.queues) sample('pgqueue_queue_paused', { queue: q.queue }, q.paused ? 1 : 0);
-  family('pgqueue_worker_slots', 'gauge', "This process's handler slots per queue.");
-  family('pgqueue_worker_busy_slots', 'gauge', "This process's busy handler slots per queue.");
-  family('pgqueue_worker_saturation', 'gauge', 'Busy slots over total slots (1 = saturated).');
-  for (const q of stats.queues) {
-    if (!q.slots) continue;
-    sample('pgqueue_worker_slots', { queue: q.queue }, q.slots.total);
-    sample('pgqueue_worker_busy_slots', { queue: q.queue }, q.slots.busy);
-    sample('pgqueue_worker_saturation', { queue: q.queue }, q.slots.busy / q.slots.total);
-  }
-  family('pgqueue_listener_up', 'gauge', '1 while the LISTEN connection is up and hears its probe NOTIFY.');
-  sample('pgqueue_listener_up', {}, stats.listener.listening ? 1 : 0);
-  family('pgqueue_listener_down_seconds', 'gauge', 'How long the LISTEN connection has been down or deaf (0 when up).');
-  sample('pgqueue_listener_down_seconds', {}, stats.listener.downForMs / 1_000);
-  family('pgqueue_pool_connections', 'gauge', "The pool's connections by state.");
-  sample('pgqueue_pool_connections', { state: 'total' }, stats.pool.total);
-  sample('pgqueue_pool_connections', { state: 'idle' }, stats.pool.idle);
-  sample('pgqueue_pool_connections', { state: 'waiting' }, stats.pool.waiting);
   family('pgqueue_database_connections', 'gauge', 'Sessions on the database.');
   sample('pgqueue_database_connections', {}, stats.database.connections);
   family('pgqueue_database_lock_waits', 'gauge', 'Sessions on the database waiting on a lock right now.');
@@ -81,24 +94,24 @@ export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats): st
   return `${out.join('\n')}\n`;
 }
 
-const COUNTER_HELP: Record<string, string> = {
+const COUNTER_HELP: Record<CounterName, string> = {
   jobs_claimed: 'Jobs claimed by this process.',
   jobs_succeeded: 'Jobs completed by this process (fenced).',
   jobs_retried: 'Failed attempts scheduled for retry, by error code and attempt.',
   jobs_dead: 'Jobs that went dead (from a failure here, or reaped by this process), by error code.',
   jobs_released: 'Jobs handed back at shutdown.',
   lease_lost: 'Fenced writes refused: the worker no longer owned the job (lost-fence attempts), by reason and operation.',
-  lease_expired: 'Expired leases recovered by this process\'s reaper, by code (LEASE_EXPIRED, MAX_RUNTIME).',
+  lease_expired: "Expired leases recovered by this process's reaper, by code (LEASE_EXPIRED, MAX_RUNTIME, REAP_FAILED).",
   heartbeats: 'Lease renewals written.',
   heartbeat_failures: 'Heartbeats that failed to reach the database.',
   claim_queries: 'Claim statements run (throughput: rate of jobs_succeeded; claim efficiency: jobs_claimed / claim_queries).',
 };
 
-const HISTOGRAM_HELP: Record<string, string> = {
-  claim_wait_ms: 'From when a job was due to its claim, in ms (claim latency).',
-  completion_latency_ms: 'From claim to recorded completion, in ms.',
-  claim_query_ms: 'Duration of the claim statement, in ms.',
-  handler_duration_ms: "Handlers' run time, in ms.",
+const HISTOGRAM_HELP: Record<HistogramName, string> = {
+  claim_wait_seconds: 'From when a job was due to its claim, in seconds (claim latency).',
+  completion_latency_seconds: 'From claim to recorded completion, in seconds.',
+  claim_query_duration_seconds: 'Duration of the claim statement, in seconds.',
+  handler_duration_seconds: "Handlers' run time, in seconds.",
 };
 
 function formatLabels(labels: Labels): string {

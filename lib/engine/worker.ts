@@ -178,6 +178,7 @@ export class Worker {
   start(): void {
     if (this.state !== 'idle') return;
     this.state = 'running';
+    this.deps.metrics.handles(this.queue);
     this.pollTimer = setInterval(() => {
       this.wake();
       void this.checkLeases();
@@ -336,7 +337,7 @@ export class Worker {
       return;
     } finally {
       this.deps.metrics.increment('claim_queries', { queue: this.queue });
-      this.deps.metrics.observe('claim_query_ms', performance.now() - requestedAt, { queue: this.queue });
+      this.deps.metrics.observe('claim_query_duration_seconds', (performance.now() - requestedAt) / 1_000, { queue: this.queue });
     }
     this.deps.failures.recovered(this.claimKind);
     if (this.state !== 'running') {
@@ -355,7 +356,7 @@ export class Worker {
     for (const row of rows) {
       const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
       this.deps.metrics.increment('jobs_claimed', { queue: this.queue });
-      this.deps.metrics.observe('claim_wait_ms', Math.max(0, row.waited_ms), { queue: this.queue });
+      this.deps.metrics.observe('claim_wait_seconds', Math.max(0, row.waited_ms) / 1_000, { queue: this.queue });
       this.deps.metrics.emit({ type: 'claimed', queue: this.queue, jobId: lease.job.id, attempt: lease.job.attempt, leaseToken: lease.job.leaseToken });
       this.buffered.push(lease);
     }
@@ -436,7 +437,7 @@ export class Worker {
     } finally {
       abandon.cancel();
       const ran = performance.now() - startedAt;
-      this.deps.metrics.observe('handler_duration_ms', ran, { queue: this.queue });
+      this.deps.metrics.observe('handler_duration_seconds', ran / 1_000, { queue: this.queue });
       this.recordDuration(ran);
     }
     // Not ours any more: stop() released it, or the handler ignored its abort past the grace.
@@ -591,7 +592,7 @@ export class Worker {
 
   private succeeded(lease: Lease, startedAt: number): void {
     this.deps.metrics.increment('jobs_succeeded', { queue: this.queue });
-    this.deps.metrics.observe('completion_latency_ms', performance.now() - lease.claimedAt, { queue: this.queue });
+    this.deps.metrics.observe('completion_latency_seconds', (performance.now() - lease.claimedAt) / 1_000, { queue: this.queue });
     this.deps.metrics.emit({ type: 'succeeded', queue: this.queue, jobId: lease.job.id, durationMs: performance.now() - startedAt });
   }
 

@@ -1,1 +1,1 @@
-export type { JobHandlerMetadata, JobHandlerOptions, PgQueueHealthOptions, PgQueueModuleOptions, PgQueueOptionsFactory } from './pg-queue-options.interface.js';
+export type { JobHandlerMetadata, JobHandlerOptions, PgQueueHealthOptions, PgQueueMetricsOptions, PgQueueModuleOptions, PgQueueOptionsFactory } from './pg-queue-options.interface.js';

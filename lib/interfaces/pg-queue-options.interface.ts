@@ -56,6 +56,8 @@ export interface PgQueueModuleOptions extends Omit<PgQueueOptions, 'logger' | 'h
    * than 1 minute, or the database has not answered within 5 s). A call's arguments override them.
    */
   health?: PgQueueHealthOptions;
+  /** `PgQueueMetricsService` (default: a scrape waits at most 5 s for the database). A call's argument overrides it. */
+  metrics?: PgQueueMetricsOptions;
   /**
    * @deprecated Use `reaper: { intervalMs }` (the engine's name). Still accepted, with a warning,
    * until the next minor version.
@@ -74,6 +76,20 @@ export interface PgQueueHealthOptions extends HealthThresholds {
   /**
    * Down when the database has not answered the check within this long (default 5000 ms): a
    * health endpoint must answer even when the database does not.
+   */
+  timeoutMs?: number;
+}
+
+/**
+ * Options of `PgQueueMetricsService.prometheus()` (module option `metrics`, or per call).
+ *
+ * @publicApi
+ */
+export interface PgQueueMetricsOptions {
+  /**
+   * How long a scrape waits for the database's snapshot (default 5000 ms, under Prometheus's
+   * default scrape timeout of 10 s). Past it, or when the database fails, the scrape answers
+   * without the database's gauges and with `pgqueue_database_up 0`.
    */
   timeoutMs?: number;
 }

@@ -1,8 +1,8 @@
 import { boolean, nested, opaque, resolveSection, section, timerMs, type Section, type Warn } from '../engine/config.js';
-import { HEALTH_DEFAULTS, InvalidOptionError, PgQueue, type EngineLogger, type HandlerOptions, type PgQueueOptions } from '../engine/index.js';
+import { HEALTH_DEFAULTS, InvalidOptionError, PgQueue, PROMETHEUS_TIMEOUT_DEFAULT_MS, type EngineLogger, type HandlerOptions, type PgQueueOptions } from '../engine/index.js';
 import { isQueueName } from '../engine/identifiers.js';
 import { ENGINE_OPTIONS } from '../engine/options.js';
-import type { JobHandlerOptions, PgQueueHealthOptions, PgQueueModuleOptions } from '../interfaces/index.js';
+import type { JobHandlerOptions, PgQueueHealthOptions, PgQueueMetricsOptions, PgQueueModuleOptions } from '../interfaces/index.js';
 import { HEALTH_TIMEOUT_DEFAULT_MS, SHUTDOWN_TIMEOUT_DEFAULT_MS } from '../pg-queue.constants.js';
 
 /** What the module itself does with its options, and what it hands to the engine. */
@@ -14,11 +14,14 @@ export interface ModuleRuntimeConfig {
   readonly queues: readonly string[];
   /** The health indicator's thresholds, defaults applied. */
   readonly health: ResolvedHealthOptions;
+  /** The metrics service's options, defaults applied. */
+  readonly metrics: ResolvedMetricsOptions;
   /** The engine's options, validated (the Nest logger is added when the engine is built). */
   readonly engine: Omit<PgQueueOptions, 'logger'>;
 }
 
 export type ResolvedHealthOptions = Required<PgQueueHealthOptions>;
+export type ResolvedMetricsOptions = Required<PgQueueMetricsOptions>;
 
 /** The health indicator's defaults: the engine's thresholds, and the module's own timeout. */
 export const HEALTH_OPTION_DEFAULTS: ResolvedHealthOptions = { ...HEALTH_DEFAULTS, timeoutMs: HEALTH_TIMEOUT_DEFAULT_MS };
@@ -29,8 +32,10 @@ const HEALTH_OPTIONS = section<PgQueueHealthOptions>(
   HEALTH_OPTION_DEFAULTS,
 );
 
+const METRICS_OPTIONS = section<PgQueueMetricsOptions>('the metrics scrape', { timeoutMs: timerMs(1) }, { timeoutMs: PROMETHEUS_TIMEOUT_DEFAULT_MS });
+
 /** Options only the module has; they never reach the engine. */
-const MODULE_ONLY = ['shutdownTimeoutMs', 'processing', 'queues', 'health'] as const;
+const MODULE_ONLY = ['shutdownTimeoutMs', 'processing', 'queues', 'health', 'metrics'] as const;
 
 /**
  * The module's options: the engine's (one section, the engine's own: the same names, bounds,
@@ -46,6 +51,7 @@ const MODULE_OPTIONS = section<Omit<PgQueueModuleOptions, 'reaperIntervalMs'>>(
     processing: boolean(),
     queues: opaque('array'),
     health: nested(HEALTH_OPTIONS),
+    metrics: nested(METRICS_OPTIONS),
   } satisfies Section<Omit<PgQueueModuleOptions, 'reaperIntervalMs'>>['fields'],
   { ...ENGINE_OPTIONS.defaults, shutdownTimeoutMs: SHUTDOWN_TIMEOUT_DEFAULT_MS, processing: true },
   { reaperIntervalMs: { use: 'reaper.intervalMs', moveTo: 'reaper.intervalMs' } },
@@ -84,6 +90,7 @@ export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | 
     reaperIntervalMs: (resolved.reaper as { intervalMs: number }).intervalMs,
     queues: [...new Set(queues)],
     health: resolved.health as ResolvedHealthOptions,
+    metrics: resolved.metrics as ResolvedMetricsOptions,
     engine: engine as Omit<PgQueueOptions, 'logger'>,
   };
 }
@@ -95,6 +102,12 @@ export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | 
 export function resolveHealthOptions(where: string, options: PgQueueHealthOptions | undefined, base: ResolvedHealthOptions): ResolvedHealthOptions {
   if (options === undefined) return base;
   return resolveSection({ ...HEALTH_OPTIONS, defaults: base }, options, where) as ResolvedHealthOptions;
+}
+
+/** The metrics options of a call over the module's, validated like the health thresholds. */
+export function resolveMetricsOptions(where: string, options: PgQueueMetricsOptions | undefined, base: ResolvedMetricsOptions): ResolvedMetricsOptions {
+  if (options === undefined) return base;
+  return resolveSection({ ...METRICS_OPTIONS, defaults: base }, options, where) as ResolvedMetricsOptions;
 }
 
 /** Builds the engine from the validated options, with Nest's logger. */

@@ -82,9 +82,11 @@ describe('GET /metrics', () => {
       ['pgqueue_jobs_retried_total', 'counter'],
       ['pgqueue_jobs_dead_total', 'counter'],
       ['pgqueue_heartbeat_failures_total', 'counter'],
-      ['pgqueue_claim_wait_ms', 'histogram'],
-      ['pgqueue_completion_latency_ms', 'histogram'],
-      ['pgqueue_claim_query_ms', 'histogram'],
+      ['pgqueue_claim_wait_seconds', 'histogram'],
+      ['pgqueue_completion_latency_seconds', 'histogram'],
+      ['pgqueue_claim_query_duration_seconds', 'histogram'],
+      ['pgqueue_handler_duration_seconds', 'histogram'],
+      ['pgqueue_database_up', 'gauge'],
       ['pgqueue_oldest_claimable_age_seconds', 'gauge'],
       ['pgqueue_oldest_dead_age_seconds', 'gauge'],
       ['pgqueue_running_near_lease_expiry', 'gauge'],
@@ -96,6 +98,26 @@ describe('GET /metrics', () => {
     ]) {
       expect(familyType(text, family!), family).toBe(type);
     }
+  });
+
+  it('has a zero series for every closed label set of each handled queue from start-up, so increase() sees the first event', async () => {
+    const text = await scrape(); // before any job of this file
+    for (const queue of ['probe', 'deaf', QUEUES.webhooks]) {
+      for (const counter of ['jobs_claimed', 'jobs_succeeded', 'jobs_released', 'heartbeats', 'heartbeat_failures']) {
+        expect(value(text, `pgqueue_${counter}_total`, { queue }), `${counter} of ${queue}`).toBe(0);
+      }
+      for (const reason of ['lease_lost', 'cancelled', 'finished']) {
+        for (const operation of ['start', 'complete', 'fail', 'heartbeat', 'release', 'effect']) {
+          expect(value(text, 'pgqueue_lease_lost_total', { queue, reason, operation }), `${reason}/${operation} of ${queue}`).toBe(0);
+        }
+      }
+      for (const code of ['LEASE_EXPIRED', 'MAX_RUNTIME', 'REAP_FAILED']) {
+        expect(value(text, 'pgqueue_lease_expired_total', { queue, code }), `${code} of ${queue}`).toBe(0);
+      }
+    }
+    // Open label sets (error codes) have no zero series; a queue not handled here has none either.
+    expect(text).not.toMatch(/^pgqueue_jobs_retried_total\{/m);
+    expect(value(text, 'pgqueue_jobs_claimed_total', { queue: 'backlog' })).toBeUndefined();
   });
 
   it('counts retries by error code and attempt, successes, and their latencies', async () => {
@@ -113,11 +135,11 @@ describe('GET /metrics', () => {
     expect(value(text, 'pgqueue_jobs', { queue: QUEUES.webhooks, status: 'succeeded' })).toBeUndefined();
     expect(value(text, 'pgqueue_jobs', { queue: QUEUES.webhooks, status: 'pending' })).toBe(0);
     // Claim latency per claim, completion latency per success, the claim statement's duration.
-    expect(value(text, 'pgqueue_claim_wait_ms_count', { queue: QUEUES.webhooks })).toBe(3);
-    expect(value(text, 'pgqueue_claim_wait_ms_bucket', { queue: QUEUES.webhooks, le: '+Inf' })).toBe(3);
-    expect(value(text, 'pgqueue_completion_latency_ms_count', { queue: QUEUES.webhooks })).toBe(1);
-    expect(value(text, 'pgqueue_handler_duration_ms_count', { queue: QUEUES.webhooks })).toBe(3);
-    expect(value(text, 'pgqueue_claim_query_ms_count', { queue: QUEUES.webhooks })).toBeGreaterThanOrEqual(3);
+    expect(value(text, 'pgqueue_claim_wait_seconds_count', { queue: QUEUES.webhooks })).toBe(3);
+    expect(value(text, 'pgqueue_claim_wait_seconds_bucket', { queue: QUEUES.webhooks, le: '+Inf' })).toBe(3);
+    expect(value(text, 'pgqueue_completion_latency_seconds_count', { queue: QUEUES.webhooks })).toBe(1);
+    expect(value(text, 'pgqueue_handler_duration_seconds_count', { queue: QUEUES.webhooks })).toBe(3);
+    expect(value(text, 'pgqueue_claim_query_duration_seconds_count', { queue: QUEUES.webhooks })).toBeGreaterThanOrEqual(3);
   });
 
   it('counts dead jobs by code, and ages the oldest one', async () => {
@@ -140,7 +162,7 @@ describe('GET /metrics', () => {
     await s.queue.enqueue<GenerateReport>(QUEUES.reports, { reportId: 'm1', pages: 4, msPerPage: 400 });
     const text = await scrapeUntil(['pgqueue_jobs_succeeded_total', { queue: QUEUES.reports }, 1]);
     expect(value(text, 'pgqueue_heartbeats_total', { queue: QUEUES.reports })).toBeGreaterThanOrEqual(1);
-    expect(value(text, 'pgqueue_heartbeat_failures_total', { queue: QUEUES.reports })).toBeUndefined();
+    expect(value(text, 'pgqueue_heartbeat_failures_total', { queue: QUEUES.reports })).toBe(0);
   });
 
   it('counts the attempt of a handler that ignored its signal until the lease was about to expire', async () => {
@@ -149,7 +171,7 @@ describe('GET /metrics', () => {
     // while the lease was still ours) as a LEASE_EXPIRED failure: its only attempt, so dead.
     const text = await scrapeUntil(['pgqueue_jobs_dead_total', { queue: 'deaf', code: 'LEASE_EXPIRED', attempt: 1 }, 1]);
     expect(await s.queue.get(id)).toMatchObject({ status: 'dead', lastErrorCode: 'LEASE_EXPIRED' });
-    expect(value(text, 'pgqueue_lease_lost_total', { queue: 'deaf', reason: 'lease_lost', operation: 'fail' })).toBeUndefined();
+    expect(value(text, 'pgqueue_lease_lost_total', { queue: 'deaf', reason: 'lease_lost', operation: 'fail' })).toBe(0);
     gates.open(id); // its late return changes nothing
   });
 
@@ -171,9 +193,9 @@ describe('GET /metrics', () => {
     await s.sql.query(`UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, [id]);
     gates.open(id);
     text = await scrapeUntil(['pgqueue_lease_lost_total', { queue: 'probe', reason: 'lease_lost', operation: 'complete' }, 1]);
-    expect(value(text, 'pgqueue_jobs_succeeded_total', { queue: 'probe' })).toBeUndefined();
+    expect(value(text, 'pgqueue_jobs_succeeded_total', { queue: 'probe' })).toBe(0);
     expect(await s.queue.get(id)).toMatchObject({ status: 'running' }); // nothing written: the reaper's turn
-    expect(value(text, 'pgqueue_lease_expired_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBeUndefined();
+    expect(value(text, 'pgqueue_lease_expired_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBe(0);
 
     // Two ghosts of a vanished worker: one with attempts left, one on its last attempt.
     const ghost = await insertGhostClaim(s.sql, 'probe', { mode: 'ok' }, { count: 1, max: 5 });

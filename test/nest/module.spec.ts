@@ -194,6 +194,8 @@ describe('PgQueueModule', () => {
       ['a bad queue name', { connectionString: 'postgres://x/y', queues: ['ok', 'not ok'] }, /Invalid option "queues\[1\]"/],
       ['a bad health threshold', { connectionString: 'postgres://x/y', health: { maxClaimableAgeMs: -1 } }, /Invalid option "health\.maxClaimableAgeMs": -1 is not an integer from 0/],
       ['a misspelt health option', { connectionString: 'postgres://x/y', health: { maxAgeMs: 1 } as never }, /Invalid option "health\.maxAgeMs": it is not an option of the health check/],
+      ['a bad metrics timeout', { connectionString: 'postgres://x/y', metrics: { timeoutMs: 0 } }, /Invalid option "metrics\.timeoutMs": 0 is not an integer from 1/],
+      ['a misspelt metrics option', { connectionString: 'postgres://x/y', metrics: { timeout: 1 } as never }, /Invalid option "metrics\.timeout": it is not an option of the metrics scrape/],
       ['a misspelt handler default', { connectionString: 'postgres://x/y', handlerDefaults: { concurency: 2 } as never }, /Invalid option "handlerDefaults\.concurency": it is not an option of a handler/],
       ['a bad handler fairShare default', { connectionString: 'postgres://x/y', handlerDefaults: { fairShare: 2 } }, /Invalid option "handlerDefaults\.fairShare": 2 is not a number from 0 to 1/],
     ];

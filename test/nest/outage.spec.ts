@@ -21,7 +21,7 @@ describe('the sample app while its database is away', () => {
 
   beforeAll(async () => {
     proxy = await serverProxy();
-    sample = await bootSampleApp('sampleoutage', { pollIntervalMs: 100, statementTimeoutMs: 300 }, [], proxy.port);
+    sample = await bootSampleApp('sampleoutage', { pollIntervalMs: 100, statementTimeoutMs: 300 }, [], { throughPort: proxy.port });
     target = `127.0.0.1:${proxy.port}/${sample.database.name}`;
   });
   afterAll(async () => {

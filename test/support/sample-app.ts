@@ -6,20 +6,38 @@ import { PG_QUEUE_ENGINE, QueueService, type PgQueue, type PgQueueModuleOptions 
 import { AppModule } from '../../sample-app/app.module.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
 import { CapturingLogger } from './nest.js';
+import { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
 
 /**
  * The sample app on a database of its own and a real HTTP server on a free port, as a user's e2e
  * test would boot theirs; `extraProviders` adds a test's own handlers beside the sample's. With
- * `throughPort`, the app's queue connects through that port on 127.0.0.1 (a test's TCP proxy);
- * `sql` still connects directly.
+ * `viaProxy`, the app reaches its database (pool and listener) through a TCP proxy of its own
+ * (`proxy`) that the test can cut or blackhole; with `throughPort`, through a port the test gives
+ * (its own proxy); `sql` always connects directly.
  */
-export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOptions, 'connectionString'>, extraProviders: Provider[] = [], throughPort?: number) {
+export async function bootSampleApp(
+  label: string,
+  options: Omit<PgQueueModuleOptions, 'connectionString'>,
+  extraProviders: Provider[] = [],
+  { viaProxy = false, throughPort }: { viaProxy?: boolean; throughPort?: number } = {},
+) {
   const database: TestDatabase = await createTestDatabase(label);
   const logger = new CapturingLogger();
-  const appUrl = new URL(database.url);
-  if (throughPort !== undefined) appUrl.host = `127.0.0.1:${throughPort}`;
+  let proxy: TcpProxy | undefined;
+  let connectionString = database.url;
+  if (viaProxy) {
+    const target = new URL(database.url);
+    proxy = await startTcpProxy(target.hostname, Number(target.port || 5432));
+    const url = new URL(database.url);
+    url.host = `127.0.0.1:${proxy.port}`;
+    connectionString = url.toString();
+  } else if (throughPort !== undefined) {
+    const url = new URL(database.url);
+    url.host = `127.0.0.1:${throughPort}`;
+    connectionString = url.toString();
+  }
   const moduleRef = await Test.createTestingModule({
-    imports: [AppModule.register({ connectionString: appUrl.toString(), ...options }, extraProviders)],
+    imports: [AppModule.register({ connectionString, ...options }, extraProviders)],
   })
     .setLogger(logger)
     .compile();
@@ -35,6 +53,7 @@ export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOp
     database,
     logger,
     sql,
+    proxy,
     queue: app.get(QueueService),
     engine: app.get<PgQueue>(PG_QUEUE_ENGINE),
     get: (path: string) => fetch(`${base}${path}`),
@@ -45,7 +64,9 @@ export async function bootSampleApp(label: string, options: Omit<PgQueueModuleOp
         body: body === undefined ? undefined : JSON.stringify(body),
       }),
     async close() {
+      proxy?.heal();
       await app.close();
+      await proxy?.close();
       await sql.end();
       await database.drop();
     },
