@@ -4,6 +4,7 @@ import { runReleasingKeys, type ReleasedKeys } from './db.js';
 import type { LogThrottle } from './log-throttle.js';
 import { PeriodicRunner } from './service.js';
 import type { Queries } from './sql.js';
+import type { PassSignals } from './test-signals.js';
 
 export interface KeyHandoffsConfig {
   /** Longest time between passes; a statement that handed keys off triggers one at once. */
@@ -37,6 +38,8 @@ export class KeyHandoffs {
   private nextDelayMs: number;
   /** Passes in a row that left handoffs waiting for their key's row. */
   private heldFor = 0;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<{ handed: number; waiting: number }> | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -76,7 +79,9 @@ export class KeyHandoffs {
     // not at the idle interval.
     this.nextDelayMs = waiting > 0 ? Math.min(this.config.intervalMs, this.heldFor === 0 ? this.config.retryMs : this.nextDelayMs * 2) : this.config.intervalMs;
     this.heldFor = waiting > 0 ? this.heldFor + 1 : 0;
-    return { handed, waiting };
+    const result = { handed, waiting };
+    this.testSignals?.passRan.signal(result);
+    return result;
   }
 
   /** A statement just handed some keys off. */

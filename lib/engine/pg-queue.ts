@@ -23,6 +23,7 @@ import { Reaper, type ReapResult } from './reaper.js';
 import { Scheduler } from './scheduler.js';
 import { settlesWithin } from './service.js';
 import { createQueries, type Queries } from './sql.js';
+import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
 import type { FinishedJobStatus, HandlerOptions, JobHandlerFn, JobStatus, LiveJobStatus } from './types.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
@@ -226,6 +227,8 @@ export class PgQueue {
   private scrapeRead: Promise<EngineStats> | undefined;
   /** Whether the last scrape's read answered: an outage is logged once, not on every scrape. */
   private scrapeAnswered = true;
+  /** Off unless a test turned them on (see test-signals.ts). */
+  private testSignals: EngineTestSignals | undefined;
 
   constructor(given: PgQueueOptions) {
     if (given === null || typeof given !== 'object') {
@@ -391,6 +394,7 @@ export class PgQueue {
           },
           hooks,
         );
+        worker.testSignals = this.testSignals?.worker;
         this.workers.set(queue, worker);
         this.unsubscribe.push(this.notifier.subscribe(queue, () => worker.wake()));
         worker.start();
@@ -421,6 +425,24 @@ export class PgQueue {
     if (this.ownsPool && !(await settlesWithin(this.pool.end(), timeoutMs))) {
       this.logger.warn(`The pool did not close within ${timeoutMs} ms (a connection is stuck); giving up on it.`);
     }
+  }
+
+  /**
+   * Turns the services' test signals on (once; later calls return the same signals), for the
+   * tests' `testSignals(engine)` in lib/testing. Keyed by a symbol the package does not export.
+   */
+  [ENABLE_TEST_SIGNALS](): EngineTestSignals {
+    if (this.testSignals) return this.testSignals;
+    const signals = createEngineTestSignals();
+    this.testSignals = signals;
+    this.reaper.testSignals = signals.reaper;
+    this.scheduler.testSignals = signals.scheduler;
+    if (this.pruner) this.pruner.testSignals = signals.pruner;
+    this.keyHandoffs.testSignals = signals.keyHandoffs;
+    this.notifier.testSignals = signals.notifier;
+    this.completer.testSignals = signals.completer;
+    for (const worker of this.workers.values()) worker.testSignals = signals.worker;
+    return signals;
   }
 
   worker(queue: string): Worker | undefined {
