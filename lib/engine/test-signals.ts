@@ -91,8 +91,12 @@ export class TestSignal<T> {
     return [...this.kept];
   }
 
-  /** Forgets what was kept: the next waits see only what comes after. */
-  clear(): void {
+  /** Forgets what was kept (only the values `match` accepts, when given): later waits see what comes after. */
+  clear(match?: (value: T) => boolean): void {
+    if (match) {
+      for (let i = this.kept.length - 1; i >= 0; i--) if (match(this.kept[i]!)) this.kept.splice(i, 1);
+      return;
+    }
     this.kept.length = 0;
     this.dropped = 0;
   }

@@ -1,4 +1,4 @@
-import { engineFixture, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitForOutcome } from '../support/engine.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -30,5 +30,5 @@ test('D24: a due row another session holds locked does not make the scheduler sp
     await holder.query('ROLLBACK');
     holder.release();
   }
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
 });

@@ -1,5 +1,6 @@
+import { PgQueue } from '../../lib/engine/index.js';
 import { TestSignal } from '../../lib/engine/test-signals.js';
-import { engineFixture } from '../support/engine.js';
+import { engineFixture, testLogger } from '../support/engine.js';
 import { attemptEnded, testSignals } from '../support/signals.js';
 import { expireLease, makeDue } from '../support/time-travel.js';
 
@@ -23,7 +24,8 @@ test('a wait sees a value signalled before it started, takes each value once, an
 });
 
 test('signals are off until a test turns them on: the services hold none, so they signal nothing', async () => {
-  const q = fx.make();
+  // Not fx.make(): its engines have their signals on from the start.
+  const q = new PgQueue({ connectionString: fx.url, logger: testLogger() });
   expect(q.reaper.testSignals).toBeUndefined();
   expect(q.scheduler.testSignals).toBeUndefined();
   q.work('signals-off', async () => {});
@@ -36,6 +38,7 @@ test('signals are off until a test turns them on: the services hold none, so the
   const id = await q.enqueue('signals-off', {});
   expect(await attemptEnded(signals, id)).toEqual({ queue: 'signals-off', jobId: id, outcome: 'succeeded' });
   expect((await q.getJob(id))?.status).toBe('succeeded');
+  await q.stop(1_000);
 });
 
 test('expireLease and makeDue move a time into the past, and refuse a job that has none to move', async () => {
