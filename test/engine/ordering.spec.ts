@@ -3,6 +3,7 @@ import { PermanentJobError, RetryableJobError } from '../../lib/engine/index.js'
 import { createQueries } from '../../lib/engine/sql.js';
 import { claimParams, planNodes, type PlanNode } from '../support/claim-plan.js';
 import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
+import { nextClaims, testSignals } from '../support/signals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -84,7 +85,8 @@ test('a poisoned (dead) job blocks exactly its own key until it is replayed; sta
   const free = await q.enqueue('poison', { name: 'free' });
   await waitForOutcome(q, a1!, 'dead');
   for (const id of [b1!, b2!, free]) await waitForOutcome(q, id, 'succeeded');
-  await new Promise((r) => setTimeout(r, 500));
+  // Two more claims (polls) ran, and neither took the dead head's successors.
+  expect(await nextClaims(testSignals(q), 'poison', 2)).toEqual([]);
   expect((await q.getJob(a2!))?.status).toBe('pending');
   expect((await q.getJob(a3!))?.status).toBe('pending');
   expect(done).toEqual(expect.arrayContaining(['b1', 'b2', 'free']));
