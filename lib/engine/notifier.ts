@@ -4,6 +4,7 @@ import { requireInteger, resolveSection, section, TIMER_MAX_MS, timerMs } from '
 import { quoteIdentifier } from './identifiers.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
+import type { MaintenanceService } from './maintenance/service.js';
 
 export interface NotifierConfig {
   /** First reconnect delay after the listener connection drops; doubles up to the maximum. */
@@ -77,7 +78,8 @@ interface Probe {
  * counts as listening only once it has heard its own probe, a NOTIFY sent through the engine's
  * pool (the producers' path), after each (re)connect, and again every `probeIntervalMs`.
  */
-export class Notifier {
+export class Notifier implements MaintenanceService {
+  readonly name = 'listener';
   readonly config: NotifierConfig;
   private readonly subscribers = new Map<string, Set<(argument: string) => void>>();
   /** Tells this notifier's probes from other processes' on the same channel. */

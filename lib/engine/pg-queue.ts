@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import pg from 'pg';
 import { Completer } from './completer.js';
-import { KeyHandoffs } from './key-handoffs.js';
+import { KeyHandoffs } from './maintenance/key-handoffs.js';
 import { requireInteger, resolveSection, TIMER_MAX_MS } from './config.js';
 import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from './options.js';
 
@@ -12,27 +12,34 @@ import { InvalidOptionError, JobStateError } from './errors.js';
 import { isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
 import { LogThrottle } from './log-throttle.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
-import { EngineMetrics } from './metrics.js';
+import { EngineMetrics, type JobEventListener } from './metrics.js';
 import { migrate, type MigrationMode, type MigrationReport } from './migrator.js';
 import { Notifier } from './notifier.js';
 import { toCallError, type CallContext } from './pg-errors.js';
 import { PROMETHEUS_TIMEOUT_DEFAULT_MS, renderPrometheus } from './prometheus.js';
 import { Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
-import { Pruner } from './pruner.js';
-import { Reaper, type ReapResult } from './reaper.js';
-import { Scheduler } from './scheduler.js';
-import { settlesWithin } from './service.js';
+import { Pruner } from './maintenance/pruner.js';
+import { Reaper, type ReapResult } from './maintenance/reaper.js';
+import { Scheduler } from './maintenance/scheduler.js';
+import { Maintainer } from './maintenance/maintainer.js';
+import type { HostablePass } from './maintenance/service.js';
+import { ENGINE_INTERNALS, type EngineInternals } from './internals.js';
+import { JOB_EVENT_LISTENER_FAILED } from './messages.js';
+import { settlesWithin } from './settles-within.js';
 import { createQueries, type Queries } from './sql.js';
 import type { FinishedJobStatus, HandlerOptions, JobHandlerFn, JobStatus, LiveJobStatus } from './types.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
 export interface StartOptions {
   /**
-   * Run the reaper on its own timer (default). A host that schedules `reapOnce()` itself (the Nest
-   * module, when the app has a SchedulerRegistry) passes false, so only one timer ever runs it.
+   * The fixed-interval passes (names from `hostablePasses`: `reaper`, `pruner`) that the host runs
+   * on timers of its own (the Nest module, when the app has a SchedulerRegistry): the engine does
+   * not start their loops, so only one timer ever runs each. Default: none, the engine runs all.
    */
+  hostedPasses?: readonly string[];
+  /** @deprecated Use `hostedPasses: ['reaper']` (false here is the same); removed in the next minor version. */
   reaperTimer?: boolean;
-  /** Run the pruner on its own timer (default), or let the host schedule `pruneOnce()`. */
+  /** @deprecated Use `hostedPasses: ['pruner']` (false here is the same); removed in the next minor version. */
   prunerTimer?: boolean;
   /** Start workers for the registered handlers (default). False: an enqueue-only process. */
   workers?: boolean;
@@ -194,13 +201,23 @@ const RECENT_WINDOW_MS_MAX = 86_400_000;
 export class PgQueue {
   readonly schema: string;
   readonly workerId: string;
+  /**
+   * @deprecated The engine's pool is internal: pass your own `pool` in the options to share one
+   * with your code. Kept for one minor version.
+   */
   readonly pool: pg.Pool;
-  readonly metrics = new EngineMetrics();
-  readonly reaper: Reaper;
-  readonly scheduler: Scheduler;
-  readonly notifier: Notifier;
-  readonly pruner: Pruner | undefined;
-  readonly keyHandoffs: KeyHandoffs;
+  /**
+   * @deprecated Read counters through `prometheus()` or OpenTelemetry, job events through
+   * `onJobEvent()`. Kept for one minor version, without `events$` (gone: use `onJobEvent`).
+   */
+  readonly metrics = new EngineMetrics((error) => this.logger.error(JOB_EVENT_LISTENER_FAILED(error)));
+  private readonly reaper: Reaper;
+  private readonly scheduler: Scheduler;
+  private readonly notifier: Notifier;
+  private readonly pruner: Pruner | undefined;
+  private readonly keyHandoffs: KeyHandoffs;
+  /** The maintenance services, started in this order and stopped in reverse. */
+  private readonly maintainer: Maintainer;
   private readonly queries: Queries;
   private readonly channel: string;
   private readonly ownsPool: boolean;
@@ -300,6 +317,7 @@ export class PgQueue {
     this.keysDeferred = keysDeferred;
     this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
     this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, this.failures, options.pruner);
+    this.maintainer = new Maintainer([this.notifier, this.scheduler, this.keyHandoffs, this.reaper, ...(this.pruner ? [this.pruner] : [])]);
     this.completer = new Completer(this.pool, this.queries, this.workerId, channel, options.completer, keysDeferred);
     this.producer = new Producer({
       db: this.pool,
@@ -358,17 +376,20 @@ export class PgQueue {
       };
       this.pool.on('connect', databaseReachable);
       this.unsubscribe.push(() => this.pool.off('connect', databaseReachable));
-      await this.notifier.start();
+      // Before the listener starts, so no wake-up it hears is missed; waking a service that has
+      // not started yet does nothing (it runs a pass as it starts anyway).
       this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
       this.unsubscribe.push(
         this.notifier.subscribe(CANCEL_TOPIC, (jobId) => {
           for (const worker of this.workers.values()) worker.cancelled(jobId);
         }),
       );
-      this.scheduler.start();
-      this.keyHandoffs.start();
-      if (options.reaperTimer ?? true) this.reaper.start();
-      if (options.prunerTimer ?? true) this.pruner?.start();
+      const hosted = [
+        ...(options.hostedPasses ?? []),
+        ...(options.reaperTimer === false ? ['reaper'] : []),
+        ...(options.prunerTimer === false ? ['pruner'] : []),
+      ];
+      await this.maintainer.start(hosted);
       if (!withWorkers) return;
       for (const [queue, { handler, options: handlerOptions, hooks }] of this.handlers) {
         const worker = new Worker(
@@ -413,7 +434,7 @@ export class PgQueue {
       if (!(await settlesWithin(this.completer.drained(), timeoutMs))) {
         this.logger.warn(`Completions still unwritten ${timeoutMs} ms into shutdown; the reaper will recover those jobs.`);
       }
-      await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.keyHandoffs.stop(), this.pruner?.stop(), this.notifier.stop()]);
+      await this.maintainer.stop();
     }
     this.metrics.complete();
     this.failures.flush();
@@ -423,8 +444,54 @@ export class PgQueue {
     }
   }
 
+  /**
+   * The fixed-interval maintenance passes (the reaper's, and the pruner's unless `pruner: false`),
+   * for a host that runs them on timers of its own: pass their names as `start({ hostedPasses })`
+   * and call `runOnce()` every `intervalMs`. Each `runOnce()` fails as the public calls do
+   * (DatabaseUnavailableError, DatabaseTimeoutError).
+   */
+  get hostablePasses(): readonly HostablePass[] {
+    return this.maintainer.hostablePasses((pass) => this.call(pass));
+  }
+
+  /**
+   * Registers a listener of what happens to jobs in this process (claimed, succeeded, failed,
+   * lease lost, released, reaped, heartbeat failed; never payloads). Returns the function that
+   * removes it. A listener that throws is logged, and the others still hear the event. `onClose`
+   * is called once when the engine stops (no event follows), at once if it has stopped already.
+   */
+  onJobEvent(listener: JobEventListener, onClose?: () => void): () => void {
+    if (typeof listener !== 'function') throw new InvalidOptionError('listener', 'it is not a function', 'Pass (event) => void.');
+    return this.metrics.onEvent(listener, onClose);
+  }
+
+  /** Jobs of `queue` this process holds (running, or claimed and waiting for a slot); 0 when it has no handler for it. */
+  inFlight(queue: string): number {
+    return this.workers.get(queue)?.inFlight ?? 0;
+  }
+
+  /** The resolved options of this process's handler of `queue`, or undefined when no worker of it runs here. */
+  handlerOptions(queue: string): Readonly<HandlerOptions> | undefined {
+    return this.workers.get(queue)?.options;
+  }
+
+  /** @deprecated Use `inFlight(queue)` or `handlerOptions(queue)`; the worker is internal. Kept for one minor version. */
   worker(queue: string): Worker | undefined {
     return this.workers.get(queue);
+  }
+
+  /** For tests of the engine only (see internals.ts): not part of the API. */
+  [ENGINE_INTERNALS](): EngineInternals {
+    return {
+      pool: this.pool,
+      metrics: this.metrics,
+      notifier: this.notifier,
+      reaper: this.reaper,
+      scheduler: this.scheduler,
+      pruner: this.pruner,
+      keyHandoffs: this.keyHandoffs,
+      worker: (queue) => this.workers.get(queue),
+    };
   }
 
   enqueue<T>(queue: string, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {

@@ -11,7 +11,7 @@ import type { EngineMetrics } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
 import { whileLeaseLasts } from './retrying.js';
 import type { Queries } from './sql.js';
-import { settlesWithin } from './service.js';
+import { settlesWithin } from './settles-within.js';
 import { runInJobSpan } from './tracing.js';
 import type { BackoffOptions, HandlerOptions, JobHandlerFn } from './types.js';
 

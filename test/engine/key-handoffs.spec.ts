@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { KeyHandoffs } from '../../lib/engine/key-handoffs.js';
+import { KeyHandoffs } from '../../lib/engine/maintenance/key-handoffs.js';
 import { LogThrottle } from '../../lib/engine/log-throttle.js';
 import { createQueries } from '../../lib/engine/sql.js';
 

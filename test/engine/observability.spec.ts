@@ -6,6 +6,7 @@ import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@open
 import { checkHealth, EngineMetrics, HISTOGRAM_BUCKETS, renderPrometheus, RetryableJobError, type HistogramName, type ProcessStats } from '../../lib/engine/index.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
 import { histogramQuantile, value } from '../support/prometheus.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -103,9 +104,9 @@ test('health fails on the age of the oldest claimable job, not on counts, and na
 test('health fails when the listener has been down too long', async () => {
   const q = fx.make({ notifier: { reconnectMinMs: 60_000, reconnectMaxMs: 60_000 } });
   await q.start();
-  await waitFor(() => q.notifier.listening);
-  await q.notifier.disconnectForTest();
-  await waitFor(() => !q.notifier.listening);
+  await waitFor(() => engineInternals(q).notifier.listening);
+  await engineInternals(q).notifier.disconnectForTest();
+  await waitFor(() => !engineInternals(q).notifier.listening);
   await new Promise((r) => setTimeout(r, 60));
   const report = await checkHealth(q, { maxListenerDownMs: 50 });
   expect(report.problems).toEqual([expect.stringMatching(/LISTEN connection has been down/)]);

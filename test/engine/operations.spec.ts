@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidOptionError, JobStateError, PermanentJobError, type PgQueue } from '../../lib/engine/index.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -218,7 +219,7 @@ test('stats report live counts, recently finished ones, the oldest claimable job
   await fx.insertJobs('stats', 2);
   await fx.pool.query(`UPDATE pgqueue.jobs SET available_at = now() - interval '90 seconds' WHERE queue_name = 'stats' AND status = 'pending'`);
   await fx.pool.query(`UPDATE pgqueue.jobs SET finished_at = now() - interval '1 hour' WHERE queue_name = 'stats' AND status = 'dead'`);
-  await waitFor(() => q.notifier.listening);
+  await waitFor(() => engineInternals(q).notifier.listening);
   const stats = await q.stats();
   const s = stats.queues.find((x) => x.queue === 'stats')!;
   expect(s.counts).toEqual({ scheduled: 0, pending: 2, running: 0, dead: 3, recent: { succeeded: 2, cancelled: 1 } });

@@ -1,4 +1,5 @@
 import { engineFixture, waitForStatus } from '../support/engine.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -17,8 +18,8 @@ test('D24: a due row another session holds locked does not make the scheduler sp
     await holder.query(`SELECT 1 FROM pgqueue.jobs WHERE id = $1 FOR UPDATE`, [id]);
     await new Promise((r) => setTimeout(r, 100)); // now it is due, and locked
     let passes = 0;
-    const original = q.scheduler.runOnce.bind(q.scheduler);
-    q.scheduler.runOnce = async () => {
+    const original = engineInternals(q).scheduler.runOnce.bind(engineInternals(q).scheduler);
+    engineInternals(q).scheduler.runOnce = async () => {
       passes += 1;
       return original();
     };

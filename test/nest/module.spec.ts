@@ -169,7 +169,7 @@ describe('PgQueueModule', () => {
 
   it('reaperIntervalMs still works for one minor version, with a warning naming reaper.intervalMs', async () => {
     const { engine, logger } = await boot([PgQueueModule.forRoot({ connectionString: database.url, reaperIntervalMs: 1_234 })]);
-    expect(engine.reaper.config.intervalMs).toBe(1_234);
+    expect(engine.hostablePasses.find((pass) => pass.name === 'reaper')?.intervalMs).toBe(1_234);
     expect(logger.messages('warn')).toContainEqual(expect.stringMatching(/"reaperIntervalMs" is deprecated .* use "reaper.intervalMs"/));
   });
 

@@ -1,9 +1,10 @@
 import type pg from 'pg';
-import { integer, resolveSection, section, timerMs } from './config.js';
-import { runReleasingKeys, type ReleasedKeys } from './db.js';
-import type { LogThrottle } from './log-throttle.js';
-import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import { integer, resolveSection, section, timerMs } from '../config.js';
+import { runReleasingKeys, type ReleasedKeys } from '../db.js';
+import type { LogThrottle } from '../log-throttle.js';
+import { PeriodicRunner } from './runner.js';
+import type { MaintenanceService } from './service.js';
+import type { Queries } from '../sql.js';
 
 export interface KeyHandoffsConfig {
   /** Longest time between passes; a statement that handed keys off triggers one at once. */
@@ -31,7 +32,8 @@ export const KEY_HANDOFFS_OPTIONS = section<KeyHandoffsConfig>(
  * transaction. Durable (the handoff row was written with the job's new state), so a handoff left
  * by a process that crashed is applied by any other. Safe in every process at once (SKIP LOCKED).
  */
-export class KeyHandoffs {
+export class KeyHandoffs implements MaintenanceService {
+  readonly name = 'keyHandoffs';
   readonly config: KeyHandoffsConfig;
   private readonly runner: PeriodicRunner;
   private nextDelayMs: number;

@@ -1,9 +1,10 @@
-import { integer, resolveSection, section, timerMs } from './config.js';
-import { run, type Queryable } from './db.js';
-import type { LogThrottle } from './log-throttle.js';
-import type { EngineLogger } from './logger.js';
-import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import { integer, resolveSection, section, timerMs } from '../config.js';
+import { run, type Queryable } from '../db.js';
+import type { LogThrottle } from '../log-throttle.js';
+import type { EngineLogger } from '../logger.js';
+import { PeriodicRunner } from './runner.js';
+import type { FixedIntervalPass, MaintenanceService } from './service.js';
+import type { Queries } from '../sql.js';
 
 export interface PrunerConfig {
   /** Succeeded jobs are deleted this long after they finished. */
@@ -33,8 +34,10 @@ export const PRUNER_OPTIONS = section<PrunerConfig>(
  * operational state that only an operator's explicit purge removes (and records), and pending,
  * scheduled and running jobs are work. Safe in many processes at once (SKIP LOCKED).
  */
-export class Pruner {
+export class Pruner implements MaintenanceService {
+  readonly name = 'pruner';
   readonly config: PrunerConfig;
+  readonly fixedInterval: FixedIntervalPass;
   private readonly runner: PeriodicRunner;
 
   constructor(
@@ -50,6 +53,7 @@ export class Pruner {
       () => this.config.intervalMs,
       { log: failures, what: 'Pruner pass' },
     );
+    this.fixedInterval = { label: 'Pruner', intervalMs: this.config.intervalMs, runOnce: () => this.runOnce() };
   }
 
   /** One bounded pass; returns how many succeeded jobs it deleted. */

@@ -1,12 +1,13 @@
 import type pg from 'pg';
-import { integer, resolveSection, section, timerMs } from './config.js';
-import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
-import type { LogThrottle } from './log-throttle.js';
-import type { EngineLogger } from './logger.js';
-import type { EngineMetrics } from './metrics.js';
-import { isTransientDatabaseError } from './pg-errors.js';
-import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import { integer, resolveSection, section, timerMs } from '../config.js';
+import { run, runReleasingKeys, type ReleasedKeys } from '../db.js';
+import type { LogThrottle } from '../log-throttle.js';
+import type { EngineLogger } from '../logger.js';
+import type { EngineMetrics } from '../metrics.js';
+import { isTransientDatabaseError } from '../pg-errors.js';
+import { PeriodicRunner } from './runner.js';
+import type { FixedIntervalPass, MaintenanceService } from './service.js';
+import type { Queries } from '../sql.js';
 
 export interface ReaperConfig {
   /** Time between passes when the reaper runs its own timer. */
@@ -65,8 +66,10 @@ const SET_ASIDE_MAX = 10_000;
  * (REAP_FAILED, visible and replayable), and one that cannot even be marked dead is set aside for
  * the life of the process and logged once.
  */
-export class Reaper {
+export class Reaper implements MaintenanceService {
+  readonly name = 'reaper';
   readonly config: ReaperConfig;
+  readonly fixedInterval: FixedIntervalPass;
   private readonly runner: PeriodicRunner;
   private readonly setAside = new Set<string>();
 
@@ -86,6 +89,7 @@ export class Reaper {
       () => this.config.intervalMs,
       { log: failures, what: 'Reaper pass' },
     );
+    this.fixedInterval = { label: 'Reaper', intervalMs: this.config.intervalMs, runOnce: () => this.runOnce() };
   }
 
   /** One bounded pass: batches until one comes back short or the pass's bound is reached. */

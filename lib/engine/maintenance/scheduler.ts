@@ -1,8 +1,9 @@
-import { integer, resolveSection, section, timerMs } from './config.js';
-import { run, type Queryable } from './db.js';
-import type { LogThrottle } from './log-throttle.js';
-import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import { integer, resolveSection, section, timerMs } from '../config.js';
+import { run, type Queryable } from '../db.js';
+import type { LogThrottle } from '../log-throttle.js';
+import { PeriodicRunner } from './runner.js';
+import type { MaintenanceService } from './service.js';
+import type { Queries } from '../sql.js';
 
 export interface SchedulerConfig {
   /** Longest sleep between passes; a pass also runs when the next scheduled job falls due. */
@@ -31,7 +32,8 @@ export const LOCKED_DUE_ROW_RETRY_MS = 25;
  * queue's workers. It sleeps until the next due job (or the interval), and a NOTIFY from an
  * enqueue of a scheduled job wakes it early. Safe in many processes at once (SKIP LOCKED).
  */
-export class Scheduler {
+export class Scheduler implements MaintenanceService {
+  readonly name = 'scheduler';
   readonly config: SchedulerConfig;
   private readonly runner: PeriodicRunner;
   private nextDelayMs: number;
