@@ -1,9 +1,9 @@
 import { integer, resolveSection, section, timerMs } from './config.js';
-import { run, type Queryable } from './db.js';
+import type { Queryable } from './db.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import type { Store } from './store/index.js';
 
 export interface PrunerConfig {
   /** Succeeded jobs are deleted this long after they finished. */
@@ -39,7 +39,7 @@ export class Pruner {
 
   constructor(
     private readonly db: Queryable,
-    private readonly queries: Queries,
+    private readonly store: Store,
     private readonly logger: EngineLogger,
     failures: LogThrottle,
     config?: Partial<PrunerConfig>,
@@ -56,9 +56,9 @@ export class Pruner {
   async runOnce(): Promise<number> {
     let removed = 0;
     for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
-      const [row] = await run<{ removed: number }>(this.db, this.queries.pruneSucceeded, [this.config.retentionMs, this.config.batchSize]);
-      removed += row?.removed ?? 0;
-      if ((row?.removed ?? 0) < this.config.batchSize) break;
+      const deleted = await this.store.pruneSucceeded(this.db, { retentionMs: this.config.retentionMs, limit: this.config.batchSize });
+      removed += deleted;
+      if (deleted < this.config.batchSize) break;
     }
     if (removed > 0) this.logger.log(`Pruner deleted ${removed} succeeded job(s) past retention.`);
     return removed;
