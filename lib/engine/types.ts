@@ -58,7 +58,8 @@ export interface JobContext {
    * with the fence predicate, then marks the job succeeded in the same transaction. If the lease
    * was lost, `work` never runs (or its writes roll back) and this rejects with LeaseLostError.
    * The transaction is open only for `work`. Pass `{ client }` to use a transaction you opened
-   * (you then commit it; if you roll back, the job is retried when its lease expires).
+   * (you then commit it: when the handler returns, the worker reads whether you did; a rollback or
+   * a failed COMMIT is an ordinary failed attempt, with your error or COMPLETION_NOT_COMMITTED).
    */
   complete<R>(work: (tx: Queryable) => Promise<R>, options?: CompleteOptions): Promise<R>;
   /**

@@ -142,7 +142,7 @@ test('a delayed retry keeps its key: the successor waits for the retry to succee
 });
 
 test('concurrent producers of one key: ids follow commit order and exactly one head exists', async () => {
-  const producers = Array.from({ length: 6 }, () => fx.make());
+  const producers = Array.from({ length: 6 }, () => fx.make({ poolSize: 3 }));
   await producers[0]!.declareQueues(['race']);
   await Promise.all(producers.map((p, i) => Promise.all(Array.from({ length: 10 }, (_, j) => p.enqueue('race', { i, j }, { orderingKey: 'K' })))));
   const { rows } = await fx.pool.query(`SELECT count(*) FILTER (WHERE NOT key_waiting)::int AS heads, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'race'`);
