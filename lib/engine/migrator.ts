@@ -37,7 +37,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { InvalidOptionError, MigrationError } from './errors.js';
-import { DEFAULT_SCHEMA, quoteIdentifier, validateSchemaName } from './identifiers.js';
+import { DEFAULT_SCHEMA, validateSchemaName } from './identifiers.js';
 import { isConnectionError } from './pg-errors.js';
 import * as store from './store/migrations.js';
 

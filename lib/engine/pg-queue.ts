@@ -23,7 +23,8 @@ import { Reaper, type ReapResult } from './reaper.js';
 import { Scheduler } from './scheduler.js';
 import { settlesWithin } from './service.js';
 import { createStore, type Store } from './store/index.js';
-import type { FinishedJobStatus, HandlerOptions, JobHandlerFn, JobStatus, LiveJobStatus } from './types.js';
+import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
 export interface StartOptions {
@@ -38,7 +39,7 @@ export interface StartOptions {
   workers?: boolean;
 }
 
-import type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+// The records live in records.ts (the store maps rows to them); they are exported from here as before.
 export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
 
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */

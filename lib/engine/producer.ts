@@ -3,7 +3,7 @@ import type { Queryable } from './db.js';
 import { InvalidJobError } from './errors.js';
 import { isQueueName } from './identifiers.js';
 import type { EnqueueRow, Store } from './store/index.js';
-import { captureTraceContext, type TraceCarrier } from './tracing.js';
+import { captureTraceContext } from './tracing.js';
 
 export interface EnqueueOptions {
   /** Higher runs first among due jobs, from -1000 to 1000 (default 0). A preference, not FIFO. */

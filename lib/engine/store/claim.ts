@@ -1,4 +1,4 @@
-import { decodeLoss, fence, fenceLossCode, lost, type FencedOutcome, type FenceParams } from './fence.js';
+import { fence, fenceLossCode, lost, type FencedOutcome, type FenceParams } from './fence.js';
 import { ms, type StatementContext } from './statement.js';
 import type { TraceCarrier } from '../tracing.js';
 

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { decodeLoss, fence, fenceHolds, fenceLossCode, fenceLossOrMissing, lost, type FencedOutcome, type FenceParams } from './fence.js';
+import { fence, fenceHolds, fenceLossCode, lost, type FencedOutcome, type FenceParams } from './fence.js';
 import { ms, transaction, type Queryable, type StatementContext } from './statement.js';
 
 /**

@@ -2,10 +2,10 @@ import type pg from 'pg';
 import { claimStatements } from './claim.js';
 import { effectStatements } from './effects.js';
 import { enqueueStatements } from './enqueue.js';
-import { fenceStatements, type FenceParams } from './fence.js';
+import { fenceStatements } from './fence.js';
 import { finishStatements, promoteReleasedKeys, releasingKeys, type KeyRelease } from './finish.js';
 import { maintenanceStatements } from './maintenance.js';
-import { operatorStatements, type DeadPage, type DeadPageParams, type OperatorCallParams, type PurgeParams } from './operator.js';
+import { operatorStatements, type DeadPage, type DeadPageParams, type PurgeParams } from './operator.js';
 import { readStatements } from './reads.js';
 import { execute, sendText, statementContext, STATEMENT_TIMEOUT_DEFAULT_MS, type Queryable, type Statement, type StoreOptions } from './statement.js';
 
@@ -93,4 +93,3 @@ export function createStore(schemaName: string, options: StoreOptions = { statem
   };
 }
 
-export type { OperatorCallParams, FenceParams as FenceKey };
