@@ -49,7 +49,7 @@ export type JobEventListener = (event: JobEvent) => void;
 
 export type Labels = Readonly<Record<string, string | number>>;
 
-/** The `code` label of `lease_expired`: what the reaper wrote on the job it recovered (see reapExpired, reapAsDead in sql.ts). */
+/** The `code` label of `lease_expired`: what the reaper wrote on the job it recovered (see reapExpired, reapAsDead in store/maintenance.ts). */
 export const LEASE_EXPIRED_CODES = ['LEASE_EXPIRED', 'MAX_RUNTIME', 'REAP_FAILED'] as const;
 
 /** Durations, in seconds (the Prometheus base unit; the names say so, as promtool wants). */

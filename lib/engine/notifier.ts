@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { requireInteger, resolveSection, section, TIMER_MAX_MS, timerMs } from './config.js';
-import { quoteIdentifier } from './identifiers.js';
+import { listen, ping } from './store/listener.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 import type { MaintenanceService } from './maintenance/service.js';
@@ -194,7 +194,7 @@ export class Notifier implements MaintenanceService {
       return;
     }
     try {
-      await client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
+      await listen(client, this.channel);
     } catch (error) {
       this.lost(client, 'dropped', (error as Error).message);
       return;
@@ -211,9 +211,7 @@ export class Notifier implements MaintenanceService {
       this.sendProbeOn(client);
       // The listener's own connection answers too, so a half-open socket is found even while the
       // pool cannot send (then the probe proves nothing).
-      client
-        .query('SELECT 1')
-        .catch((error: Error) => this.lost(client, 'dropped', `it did not answer a query: ${error.message}`, sentAt));
+      ping(client).catch((error: Error) => this.lost(client, 'dropped', `it did not answer a query: ${error.message}`, sentAt));
     }, this.config.probeIntervalMs);
     this.probeTimer.unref();
   }

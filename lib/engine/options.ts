@@ -12,7 +12,7 @@ import { MAX_PAYLOAD_BYTES_DEFAULT } from './producer.js';
 import { PRUNER_OPTIONS, type PrunerConfig } from './maintenance/pruner.js';
 import { REAPER_OPTIONS, type ReaperConfig } from './maintenance/reaper.js';
 import { SCHEDULER_OPTIONS, type SchedulerConfig } from './maintenance/scheduler.js';
-import { CLIENT_TIMEOUT_SLACK_MS, STATEMENT_TIMEOUT_DEFAULT_MS } from './sql.js';
+import { CLIENT_TIMEOUT_SLACK_MS, STATEMENT_TIMEOUT_DEFAULT_MS } from './store/statement.js';
 import type { HandlerOptions } from './types.js';
 import { HANDLER_OPTIONS } from './worker.js';
 

@@ -7,7 +7,7 @@ import { requireInteger, resolveSection, TIMER_MAX_MS } from './config.js';
 import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from './options.js';
 
 export type { PgQueueOptions } from './options.js';
-import { describeTarget, run, runReleasingKeys, targetOf, type Queryable, type ReleasedKeys } from './db.js';
+import { describeTarget, targetOf, type Queryable } from './db.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
 import { isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
 import { LogThrottle } from './log-throttle.js';
@@ -26,8 +26,9 @@ import type { HostablePass } from './maintenance/service.js';
 import { ENGINE_INTERNALS, type EngineInternals } from './internals.js';
 import { JOB_EVENT_LISTENER_FAILED } from './messages.js';
 import { settlesWithin } from './settles-within.js';
-import { createQueries, type Queries } from './sql.js';
-import type { FinishedJobStatus, HandlerOptions, JobHandlerFn, JobStatus, LiveJobStatus } from './types.js';
+import { createStore, type Store } from './store/index.js';
+import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
 export interface StartOptions {
@@ -45,7 +46,7 @@ export interface StartOptions {
   workers?: boolean;
 }
 
-import type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+// The records live in records.ts (the store maps rows to them); they are exported from here as before.
 export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
 
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
@@ -89,7 +90,7 @@ export class PgQueue {
   private readonly keyHandoffs: KeyHandoffs;
   /** The maintenance services, started in this order and stopped in reverse. */
   private readonly maintainer: Maintainer;
-  private readonly queries: Queries;
+  private readonly store: Store;
   private readonly channel: string;
   private readonly ownsPool: boolean;
   private readonly producer: Producer;
@@ -161,7 +162,7 @@ export class PgQueue {
     this.callContext = { target: describeTarget((this.pool as unknown as { options: pg.ClientConfig }).options), statementTimeoutMs };
     let toldNameRefused = false;
     const { preparedStatements } = options;
-    this.queries = createQueries(this.schema, {
+    this.store = createStore(this.schema, {
       statementTimeoutMs,
       preparedStatements,
       // Once: through a transaction pooler nearly every statement would say it again.
@@ -180,19 +181,19 @@ export class PgQueue {
       ? { connectionString: options.listenConnectionString, application_name: 'nestjs-pg-queue:listen' }
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
     // The probe goes the producers' way (the pool), so a listener that cannot hear them is caught.
-    const sendProbe = (payload: string) => run(this.pool, this.queries.notify, [channel, payload]);
+    const sendProbe = (payload: string) => this.store.notify(this.pool, { channel, payload });
     this.notifier = new Notifier(listenConfig, channel, sendProbe, this.logger, this.failures, options.notifier);
-    this.scheduler = new Scheduler(this.pool, this.queries, channel, this.failures, options.scheduler);
-    this.keyHandoffs = new KeyHandoffs(this.pool, this.queries, channel, this.failures, options.keyHandoffs);
+    this.scheduler = new Scheduler(this.pool, this.store, channel, this.failures, options.scheduler);
+    this.keyHandoffs = new KeyHandoffs(this.pool, this.store, channel, this.failures, options.keyHandoffs);
     const keysDeferred = () => this.keyHandoffs.wake();
     this.keysDeferred = keysDeferred;
-    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
-    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, this.failures, options.pruner);
+    this.reaper = new Reaper(this.pool, this.store, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
+    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.store, this.logger, this.failures, options.pruner);
     this.maintainer = new Maintainer([this.notifier, this.scheduler, this.keyHandoffs, this.reaper, ...(this.pruner ? [this.pruner] : [])]);
-    this.completer = new Completer(this.pool, this.queries, this.workerId, channel, options.completer, keysDeferred);
+    this.completer = new Completer(this.pool, this.store, this.workerId, channel, options.completer, keysDeferred);
     this.producer = new Producer({
       db: this.pool,
-      queries: this.queries,
+      store: this.store,
       channel,
       maxPayloadBytes,
       schedulerTopic: SCHEDULER_TOPIC,
@@ -214,7 +215,7 @@ export class PgQueue {
         }
       }
       if (queues.length === 0) return;
-      await run(this.pool, this.queries.declareQueues, [[...queues]]);
+      await this.store.declareQueues(this.pool, { queues: [...queues] });
       for (const queue of queues) this.knownQueues.add(queue);
     });
   }
@@ -270,7 +271,7 @@ export class PgQueue {
           {
             db: this.pool,
             channel: this.channel,
-            queries: this.queries,
+            store: this.store,
             owner: this.workerId,
             completer: this.completer,
             metrics: this.metrics,
@@ -377,29 +378,7 @@ export class PgQueue {
   getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {
     return this.call(async () => {
       if (!isJobId(id)) return undefined;
-      const [row] = await run<Record<string, never>>(this.pool, this.queries.getJob, [id]);
-      if (!row) return undefined;
-      return {
-        id: row.id,
-        queue: row.queue_name,
-        payload: row.payload,
-        status: row.status,
-        priority: row.priority,
-        availableAt: row.available_at,
-        attemptCount: row.attempt_count,
-        maxAttempts: row.max_attempts,
-        leaseOwner: row.lease_owner,
-        leaseToken: row.lease_token,
-        leaseExpiresAt: row.lease_expires_at,
-        deadlineAt: row.deadline_at,
-        claimedAt: row.claimed_at,
-        heartbeatAt: row.heartbeat_at,
-        releaseCount: row.release_count,
-        lastErrorCode: row.last_error_code,
-        lastErrorMessage: row.last_error_message,
-        createdAt: row.created_at,
-        finishedAt: row.finished_at,
-      };
+      return (await this.store.getJob(this.pool, { id })) as JobRecord<T> | undefined;
     });
   }
 
@@ -407,18 +386,7 @@ export class PgQueue {
   getJobEffects(id: string): Promise<JobEffectRecord[]> {
     return this.call(async () => {
       if (!isJobId(id)) return [];
-      const rows = await run<Record<string, never>>(this.pool, this.queries.jobEffects, [id]);
-      return rows.map((row) => ({
-        name: row.name,
-        idempotencyKey: row.idempotency_key,
-        status: row.status,
-        result: row.result,
-        resultStored: row.result_stored,
-        attempts: row.attempts,
-        leaseToken: row.lease_token,
-        startedAt: row.started_at,
-        confirmedAt: row.confirmed_at,
-      }));
+      return this.store.jobEffects(this.pool, { id });
     });
   }
 
@@ -426,20 +394,7 @@ export class PgQueue {
   getJobEvents(id: string): Promise<JobEventRecord[]> {
     return this.call(async () => {
       if (!isJobId(id)) return [];
-      const rows = await run<Record<string, never>>(this.pool, this.queries.jobEvents, [id]);
-      return rows.map((row) => ({
-        id: row.id,
-        at: row.at,
-        kind: row.kind,
-        fromStatus: row.from_status,
-        toStatus: row.to_status,
-        attempt: row.attempt,
-        leaseToken: row.lease_token,
-        worker: row.worker,
-        actor: row.actor,
-        errorCode: row.error_code,
-        message: row.message,
-      }));
+      return this.store.jobEvents(this.pool, { id });
     });
   }
 
@@ -449,11 +404,7 @@ export class PgQueue {
    */
   unfinished(queues: readonly string[], withinMs = 0): Promise<{ queue: string; status: JobStatus; count: number; ids: string[] }[]> {
     return this.call(async () => {
-      const rows = await run<{ queue_name: string; status: JobStatus; n: number; ids: string[] }>(this.pool, this.queries.unfinishedJobs, [
-        [...queues],
-        Math.max(0, Math.round(withinMs)),
-      ]);
-      return rows.map((r) => ({ queue: r.queue_name, status: r.status, count: r.n, ids: r.ids }));
+      return this.store.unfinishedJobs(this.pool, { queues: [...queues], withinMs: Math.max(0, Math.round(withinMs)) });
     });
   }
 
@@ -496,13 +447,10 @@ export class PgQueue {
         await this.endJob(id, ['dead'], 'discarded', note, 'JOB_NOT_DEAD', 'discarded');
         return;
       }
-      const [row] = await runReleasingKeys<{ removed: number; status: string | null } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.deleteJob, [
-        checkedId(id),
-        checkedActor(note.actor),
-        boundedNote(note.reason),
-      ], this.keysDeferred);
-      if (row?.removed === 1) return;
-      if (row?.status === null || row?.status === undefined) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
+      const params = { id: checkedId(id), actor: checkedActor(note.actor), reason: boundedNote(note.reason) };
+      const row = await this.store.releasingKeys(this.pool, this.channel, (db) => this.store.deleteJob(db, params), this.keysDeferred);
+      if (row.removed === 1) return;
+      if (row.status === null) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
       throw new JobStateError('JOB_NOT_FINISHED', `Job ${id} is ${row.status}: only succeeded, dead or cancelled jobs can be deleted. Cancel it first.`);
     });
   }
@@ -529,13 +477,7 @@ export class PgQueue {
       if (ids.length > OPERATOR_BATCH_MAX) {
         throw new InvalidOptionError('ids', `${ids.length} ids`, `Replay at most ${OPERATOR_BATCH_MAX} jobs per call.`);
       }
-      const rows = await run<{ id: string; replayed: boolean; status: JobStatus | null }>(this.pool, this.queries.replay, [
-        ids.map(checkedId),
-        checkedActor(note.actor),
-        boundedNote(note.reason),
-        this.channel,
-      ]);
-      return rows.map((r) => ({ id: r.id, replayed: r.replayed, status: r.status ?? undefined }));
+      return this.store.replay(this.pool, { ids: ids.map(checkedId), actor: checkedActor(note.actor), reason: boundedNote(note.reason), channel: this.channel });
     });
   }
 
@@ -559,38 +501,18 @@ export class PgQueue {
   listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
     return this.call(async () => {
       const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
-      let after: [string | null, string | null] = [null, null];
+      let after: { finishedAt: string; id: string } | null = null;
       if (filter.cursor !== undefined) {
         const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(filter.cursor);
         if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
-        after = [match[1]!, match[2]!];
+        after = { finishedAt: match[1]!, id: match[2]! };
       }
-      // One statement per filter, each walking its own index (see listDeadPage in sql.ts). A null
+      // One statement per filter, each walking its own index (see listDeadPage in store/operator.ts). A null
       // filter is no filter, as undefined is.
       const queue = filter.queue ?? null;
       const code = filter.errorCode ?? null;
-      const [statement, filters] =
-        queue !== null && code !== null
-          ? [this.queries.listDeadOfQueueWithCode, [queue, code]]
-          : queue !== null
-            ? [this.queries.listDeadOfQueue, [queue]]
-            : code !== null
-              ? [this.queries.listDeadWithCode, [code]]
-              : [this.queries.listDead, []];
-      const rows = await run<Record<string, never>>(this.pool, statement, [...after, limit, ...filters]);
-      const jobs: DeadJobSummary[] = rows.map((r) => ({
-        id: r.id,
-        queue: r.queue_name,
-        priority: r.priority,
-        attemptCount: r.attempt_count,
-        maxAttempts: r.max_attempts,
-        lastErrorCode: r.last_error_code,
-        lastErrorMessage: r.last_error_message,
-        leaseToken: r.lease_token,
-        createdAt: r.created_at,
-        finishedAt: r.finished_at,
-      }));
-      return { jobs, nextCursor: jobs.length === limit ? (rows.at(-1)?.cursor as string | undefined) : undefined };
+      const { jobs, lastCursor } = await this.store.listDeadPage(this.pool, { after, limit, queue, code });
+      return { jobs, nextCursor: jobs.length === limit ? lastCursor : undefined };
     });
   }
 
@@ -604,20 +526,14 @@ export class PgQueue {
         throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
       }
       const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
-      // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in sql.ts).
+      // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in store/operator.ts).
       const queue = filter.queue ?? null;
-      const [statement, ofQueue] = queue === null ? [this.queries.purgeDead, []] : [this.queries.purgeDeadOfQueue, [queue]];
+      const batch = { olderThan: filter.olderThan, limit: batchSize, actor: checkedActor(filter.actor), reason: boundedNote(filter.reason), queue };
       let removed = 0;
       for (;;) {
-        const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, statement, [
-          filter.olderThan,
-          batchSize,
-          checkedActor(filter.actor),
-          boundedNote(filter.reason),
-          ...ofQueue,
-        ], this.keysDeferred);
-        removed += row?.removed ?? 0;
-        if ((row?.removed ?? 0) < batchSize) return removed;
+        const row = await this.store.releasingKeys(this.pool, this.channel, (db) => this.store.purgeDeadBatch(db, batch), this.keysDeferred);
+        removed += row.removed;
+        if (row.removed < batchSize) return removed;
       }
     });
   }
@@ -631,34 +547,18 @@ export class PgQueue {
     return this.call(async () => {
       const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
       const recentWindowMs = requireInteger('recentWindowMs', options.recentWindowMs ?? RECENT_WINDOW_MS_DEFAULT, 1, RECENT_WINDOW_MS_MAX);
-      const [queues, [database]] = await Promise.all([
-        run<Record<string, never>>(this.pool, this.queries.queueStats, [nearExpiryMs, recentWindowMs]),
-        run<{ connections: number; lock_waits: number }>(this.pool, this.queries.databaseStats, []),
+      const [queues, database] = await Promise.all([
+        this.store.queueStats(this.pool, { nearExpiryMs, recentWindowMs }),
+        this.store.databaseStats(this.pool),
       ]);
       return {
         ...this.processStats(),
         recentWindowMs,
         queues: queues.map((q) => {
           const worker = this.workers.get(q.queue);
-          return {
-            queue: q.queue,
-            paused: q.paused_at !== null,
-            pausedAt: q.paused_at,
-            counts: {
-              scheduled: q.scheduled,
-              pending: q.pending,
-              running: q.running,
-              dead: q.dead,
-              recent: { succeeded: q.recent_succeeded, cancelled: q.recent_cancelled },
-            },
-            oldestClaimableAgeMs: q.oldest_claimable_age_ms,
-            oldestDeadAgeMs: q.oldest_dead_age_ms,
-            runningNearExpiry: q.running_near_expiry,
-            blockedKeys: q.blocked_keys,
-            slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined,
-          };
+          return { ...q, slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined };
         }),
-        database: { connections: database?.connections ?? 0, lockWaits: database?.lock_waits ?? 0 },
+        database,
       };
     });
   }
@@ -726,8 +626,8 @@ export class PgQueue {
   }
 
   private async setPaused(queue: string, paused: boolean): Promise<void> {
-    const rows = await run(this.pool, this.queries.setQueuePaused, [queue, paused, this.channel]);
-    if (rows.length === 0) throw new JobStateError('QUEUE_NOT_FOUND', `Queue "${String(queue).slice(0, 128)}" is not declared; nothing to ${paused ? 'pause' : 'resume'}.`);
+    const { found } = await this.store.setQueuePaused(this.pool, { queue, paused, channel: this.channel });
+    if (!found) throw new JobStateError('QUEUE_NOT_FOUND', `Queue "${String(queue).slice(0, 128)}" is not declared; nothing to ${paused ? 'pause' : 'resume'}.`);
   }
 
   private async endJob(
@@ -738,24 +638,17 @@ export class PgQueue {
     refusal: 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_DEAD',
     verb: string,
   ): Promise<void> {
-    const [row] = await runReleasingKeys<{ previous_status: string; applied: boolean } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.cancel, [
-      checkedId(id),
-      allowed,
-      kind,
-      checkedActor(note.actor),
-      boundedNote(note.reason),
-      this.channel,
-    ], this.keysDeferred);
-    if (!row) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
+    const params = { id: checkedId(id), allowed, kind, actor: checkedActor(note.actor), reason: boundedNote(note.reason), channel: this.channel };
+    const row = await this.store.releasingKeys(this.pool, this.channel, (db) => this.store.cancel(db, params), this.keysDeferred);
+    if (row.previousStatus === undefined) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
     if (!row.applied) {
-      throw new JobStateError(refusal, `Job ${id} is ${row.previous_status}: only ${allowed.join(', ')} jobs can be ${verb}.`);
+      throw new JobStateError(refusal, `Job ${id} is ${row.previousStatus}: only ${allowed.join(', ')} jobs can be ${verb}.`);
     }
   }
 
   private async isKnownQueue(queue: string, db: Queryable = this.pool): Promise<boolean> {
     if (this.knownQueues.has(queue)) return true;
-    const rows = await run<{ name: string }>(db, this.queries.listQueues, []);
-    for (const row of rows) this.knownQueues.add(row.name);
+    for (const name of await this.store.listQueues(db)) this.knownQueues.add(name);
     return this.knownQueues.has(queue);
   }
 }

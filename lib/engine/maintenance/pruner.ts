@@ -1,10 +1,10 @@
 import { integer, resolveSection, section, timerMs } from '../config.js';
-import { run, type Queryable } from '../db.js';
+import type { Queryable } from '../db.js';
 import type { LogThrottle } from '../log-throttle.js';
 import type { EngineLogger } from '../logger.js';
 import { PeriodicRunner } from './runner.js';
 import type { FixedIntervalPass, MaintenanceService } from './service.js';
-import type { Queries } from '../sql.js';
+import type { Store } from '../store/index.js';
 
 export interface PrunerConfig {
   /** Succeeded jobs are deleted this long after they finished. */
@@ -42,7 +42,7 @@ export class Pruner implements MaintenanceService {
 
   constructor(
     private readonly db: Queryable,
-    private readonly queries: Queries,
+    private readonly store: Store,
     private readonly logger: EngineLogger,
     failures: LogThrottle,
     config?: Partial<PrunerConfig>,
@@ -60,9 +60,9 @@ export class Pruner implements MaintenanceService {
   async runOnce(): Promise<number> {
     let removed = 0;
     for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
-      const [row] = await run<{ removed: number }>(this.db, this.queries.pruneSucceeded, [this.config.retentionMs, this.config.batchSize]);
-      removed += row?.removed ?? 0;
-      if ((row?.removed ?? 0) < this.config.batchSize) break;
+      const deleted = await this.store.pruneSucceeded(this.db, { retentionMs: this.config.retentionMs, limit: this.config.batchSize });
+      removed += deleted;
+      if (deleted < this.config.batchSize) break;
     }
     if (removed > 0) this.logger.log(`Pruner deleted ${removed} succeeded job(s) past retention.`);
     return removed;
