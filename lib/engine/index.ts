@@ -1,7 +1,6 @@
 // The framework-free engine: everything the Nest module is built on, usable without Nest.
 export {
   PgQueue,
-  OPERATOR_BATCH_MAX,
   type PgQueueOptions,
   type StartOptions,
   type JobRecord,
@@ -16,6 +15,7 @@ export {
   type EngineStats,
   type ProcessStats,
 } from './pg-queue.js';
+export { OPERATOR_BATCH_MAX } from './operator.js';
 export type { MaintenanceService, FixedIntervalPass, HostablePass } from './maintenance/service.js';
 export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, LiveJobStatus, FinishedJobStatus, AbortCode, CompleteOptions } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES, type EffectOptions, type Reconciliation } from './effects.js';

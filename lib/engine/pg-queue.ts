@@ -8,8 +8,9 @@ import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from 
 
 export type { PgQueueOptions } from './options.js';
 import { describeTarget, targetOf, type Queryable } from './db.js';
-import { InvalidOptionError, JobStateError } from './errors.js';
-import { isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
+import { InvalidOptionError } from './errors.js';
+import { isJobId, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
+import { OperatorCalls } from './operator.js';
 import { LogThrottle } from './log-throttle.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
 import { EngineMetrics, type JobEventListener } from './metrics.js';
@@ -57,8 +58,6 @@ const IDLE_POOL_CONNECTION = 'Idle pool connection';
 const SCHEDULER_TOPIC = '*scheduled';
 /** NOTIFY topic of a cancelled running job (payload `*cancel:<id>`, sent by the cancel statement). */
 const CANCEL_TOPIC = '*cancel';
-/** Replays and purges work in bounded batches of at most this many jobs per call. */
-export const OPERATOR_BATCH_MAX = 1_000;
 const NEAR_EXPIRY_MS_DEFAULT = 5_000;
 /** The window of `stats()`'s recently finished counts: its cost is throughput × window. */
 const RECENT_WINDOW_MS_DEFAULT = 60_000;
@@ -90,6 +89,8 @@ export class PgQueue {
   private readonly keyHandoffs: KeyHandoffs;
   /** The maintenance services, started in this order and stopped in reverse. */
   private readonly maintainer: Maintainer;
+  /** pause, resume, cancel, discard, replay, dead jobs: see operator.ts. */
+  private readonly operator: OperatorCalls;
   private readonly store: Store;
   private readonly channel: string;
   private readonly ownsPool: boolean;
@@ -190,6 +191,7 @@ export class PgQueue {
     this.reaper = new Reaper(this.pool, this.store, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
     this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.store, this.logger, this.failures, options.pruner);
     this.maintainer = new Maintainer([this.notifier, this.scheduler, this.keyHandoffs, this.reaper, ...(this.pruner ? [this.pruner] : [])]);
+    this.operator = new OperatorCalls({ db: this.pool, store: this.store, channel, keysDeferred });
     this.completer = new Completer(this.pool, this.store, this.workerId, channel, options.completer, keysDeferred);
     this.producer = new Producer({
       db: this.pool,
@@ -420,12 +422,12 @@ export class PgQueue {
 
   /** Stops claims of `queue` in every process; running jobs finish. */
   pauseQueue(queue: string): Promise<void> {
-    return this.call(() => this.setPaused(queue, true));
+    return this.call(() => this.operator.setPaused(queue, true));
   }
 
   /** Lets every process claim `queue` again, and wakes its workers. */
   resumeQueue(queue: string): Promise<void> {
-    return this.call(() => this.setPaused(queue, false));
+    return this.call(() => this.operator.setPaused(queue, false));
   }
 
   /**
@@ -433,7 +435,7 @@ export class PgQueue {
    * whichever process runs it) and its late completion is refused with the reason "cancelled".
    */
   cancel(id: string, note: OperatorNote = {}): Promise<void> {
-    return this.call(() => this.endJob(id, ['scheduled', 'pending', 'running'], 'cancelled', note, 'JOB_NOT_CANCELLABLE', 'cancelled'));
+    return this.call(() => this.operator.cancel(id, note));
   }
 
   /**
@@ -442,17 +444,7 @@ export class PgQueue {
    * deletion is recorded in `purges`.
    */
   discard(id: string, note: OperatorNote & { delete?: boolean } = {}): Promise<void> {
-    return this.call(async () => {
-      if (!note.delete) {
-        await this.endJob(id, ['dead'], 'discarded', note, 'JOB_NOT_DEAD', 'discarded');
-        return;
-      }
-      const params = { id: checkedId(id), actor: checkedActor(note.actor), reason: boundedNote(note.reason) };
-      const row = await this.store.releasingKeys(this.pool, this.channel, (db) => this.store.deleteJob(db, params), this.keysDeferred);
-      if (row.removed === 1) return;
-      if (row.status === null) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
-      throw new JobStateError('JOB_NOT_FINISHED', `Job ${id} is ${row.status}: only succeeded, dead or cancelled jobs can be deleted. Cancel it first.`);
-    });
+    return this.call(() => this.operator.discard(id, note));
   }
 
   /**
@@ -460,25 +452,12 @@ export class PgQueue {
    * JOB_NOT_DEAD for a job in any other state.
    */
   replay(id: string, note: OperatorNote = {}): Promise<void> {
-    return this.call(async () => {
-      const [outcome] = await this.replayMany([id], note);
-      if (outcome?.replayed) return;
-      if (!outcome?.status) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
-      throw new JobStateError(
-        'JOB_NOT_DEAD',
-        `Job ${id} is ${outcome.status}, not dead: only dead jobs can be replayed.${outcome.status === 'pending' || outcome.status === 'scheduled' || outcome.status === 'running' ? ' It will run (or is running) anyway.' : ''}`,
-      );
-    });
+    return this.call(() => this.operator.replay(id, note));
   }
 
   /** Replays many dead jobs by id (at most OPERATOR_BATCH_MAX), reporting each one's outcome. */
   replayMany(ids: readonly string[], note: OperatorNote = {}): Promise<ReplayOutcome[]> {
-    return this.call(async () => {
-      if (ids.length > OPERATOR_BATCH_MAX) {
-        throw new InvalidOptionError('ids', `${ids.length} ids`, `Replay at most ${OPERATOR_BATCH_MAX} jobs per call.`);
-      }
-      return this.store.replay(this.pool, { ids: ids.map(checkedId), actor: checkedActor(note.actor), reason: boundedNote(note.reason), channel: this.channel });
-    });
+    return this.call(() => this.operator.replayMany(ids, note));
   }
 
   /**
@@ -486,34 +465,12 @@ export class PgQueue {
    * at most `limit` (default 100, at most OPERATOR_BATCH_MAX). Fix the cause first.
    */
   replayDead(filter: { queue: string; errorCode?: string; limit?: number } & OperatorNote): Promise<ReplayOutcome[]> {
-    return this.call(async () => {
-      const limit = requireInteger('limit', filter.limit ?? 100, 1, OPERATOR_BATCH_MAX);
-      const page = await this.listDead({ queue: filter.queue, errorCode: filter.errorCode, limit });
-      if (page.jobs.length === 0) return [];
-      return this.replayMany(
-        page.jobs.map((j) => j.id),
-        filter,
-      );
-    });
+    return this.call(() => this.operator.replayDead(filter));
   }
 
   /** Dead jobs, oldest death first, by queue and error code, a page at a time. */
   listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
-    return this.call(async () => {
-      const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
-      let after: { finishedAt: string; id: string } | null = null;
-      if (filter.cursor !== undefined) {
-        const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(filter.cursor);
-        if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
-        after = { finishedAt: match[1]!, id: match[2]! };
-      }
-      // One statement per filter, each walking its own index (see listDeadPage in store/operator.ts). A null
-      // filter is no filter, as undefined is.
-      const queue = filter.queue ?? null;
-      const code = filter.errorCode ?? null;
-      const { jobs, lastCursor } = await this.store.listDeadPage(this.pool, { after, limit, queue, code });
-      return { jobs, nextCursor: jobs.length === limit ? lastCursor : undefined };
-    });
+    return this.call(() => this.operator.listDead(filter));
   }
 
   /**
@@ -521,21 +478,7 @@ export class PgQueue {
    * batch's ids in `purges`. The only way dead jobs are ever removed. Returns how many it removed.
    */
   purgeDead(filter: { olderThan: Date; queue?: string; batchSize?: number } & OperatorNote): Promise<number> {
-    return this.call(async () => {
-      if (!(filter.olderThan instanceof Date) || !Number.isFinite(filter.olderThan.getTime())) {
-        throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
-      }
-      const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
-      // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in store/operator.ts).
-      const queue = filter.queue ?? null;
-      const batch = { olderThan: filter.olderThan, limit: batchSize, actor: checkedActor(filter.actor), reason: boundedNote(filter.reason), queue };
-      let removed = 0;
-      for (;;) {
-        const row = await this.store.releasingKeys(this.pool, this.channel, (db) => this.store.purgeDeadBatch(db, batch), this.keysDeferred);
-        removed += row.removed;
-        if (row.removed < batchSize) return removed;
-      }
-    });
+    return this.call(() => this.operator.purgeDead(filter));
   }
 
   /**
@@ -625,27 +568,6 @@ export class PgQueue {
     return renderPrometheus(this.metrics, this.processStats());
   }
 
-  private async setPaused(queue: string, paused: boolean): Promise<void> {
-    const { found } = await this.store.setQueuePaused(this.pool, { queue, paused, channel: this.channel });
-    if (!found) throw new JobStateError('QUEUE_NOT_FOUND', `Queue "${String(queue).slice(0, 128)}" is not declared; nothing to ${paused ? 'pause' : 'resume'}.`);
-  }
-
-  private async endJob(
-    id: string,
-    allowed: JobStatus[],
-    kind: string,
-    note: OperatorNote,
-    refusal: 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_DEAD',
-    verb: string,
-  ): Promise<void> {
-    const params = { id: checkedId(id), allowed, kind, actor: checkedActor(note.actor), reason: boundedNote(note.reason), channel: this.channel };
-    const row = await this.store.releasingKeys(this.pool, this.channel, (db) => this.store.cancel(db, params), this.keysDeferred);
-    if (row.previousStatus === undefined) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
-    if (!row.applied) {
-      throw new JobStateError(refusal, `Job ${id} is ${row.previousStatus}: only ${allowed.join(', ')} jobs can be ${verb}.`);
-    }
-  }
-
   private async isKnownQueue(queue: string, db: Queryable = this.pool): Promise<boolean> {
     if (this.knownQueues.has(queue)) return true;
     for (const name of await this.store.listQueues(db)) this.knownQueues.add(name);
@@ -656,31 +578,4 @@ export class PgQueue {
 function isPool(value: unknown): value is pg.Pool {
   const pool = value as Partial<Record<'connect' | 'query' | 'end' | 'on', unknown>> | null;
   return typeof pool === 'object' && pool !== null && ['connect', 'query', 'end', 'on'].every((m) => typeof pool[m as 'connect'] === 'function');
-}
-
-/** A job id: the decimal string of a positive PostgreSQL bigint. */
-function isJobId(id: unknown): id is string {
-  return typeof id === 'string' && /^[1-9]\d{0,18}$/.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n;
-}
-
-function checkedId(id: string): string {
-  if (!isJobId(id)) {
-    throw new InvalidOptionError('id', `${JSON.stringify(String(id).slice(0, 40))} is not a job id`, 'Job ids are the decimal strings enqueue returned.');
-  }
-  return id;
-}
-
-/** Who asked: stored as given (never shortened, an identity cut short would mislead), so it must fit. */
-function checkedActor(actor: string | undefined): string | null {
-  if (actor === undefined) return null;
-  if (typeof actor !== 'string' || actor.length === 0 || actor.length > 200) {
-    throw new InvalidOptionError('actor', `${JSON.stringify(String(actor).slice(0, 40))}… is not 1-200 characters`, 'Pass a short identity (a user name or id, a service name).');
-  }
-  return actor;
-}
-
-/** Operator notes are stored with the history: bounded, like error messages. */
-function boundedNote(text: string | undefined): string | null {
-  if (text === undefined) return null;
-  return text.length > 1_000 ? `${text.slice(0, 999)}…` : text;
 }
