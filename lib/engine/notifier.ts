@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { requireInteger, resolveSection, section, TIMER_MAX_MS, timerMs } from './config.js';
-import { quoteIdentifier } from './identifiers.js';
+import { listen, ping } from './store/listener.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
+import type { MaintenanceService } from './maintenance/service.js';
 import type { NotifierTestSignals } from './test-signals.js';
 
 export interface NotifierConfig {
@@ -78,7 +79,8 @@ interface Probe {
  * counts as listening only once it has heard its own probe, a NOTIFY sent through the engine's
  * pool (the producers' path), after each (re)connect, and again every `probeIntervalMs`.
  */
-export class Notifier {
+export class Notifier implements MaintenanceService {
+  readonly name = 'listener';
   readonly config: NotifierConfig;
   private readonly subscribers = new Map<string, Set<(argument: string) => void>>();
   /** Tells this notifier's probes from other processes' on the same channel. */
@@ -195,7 +197,7 @@ export class Notifier {
       return;
     }
     try {
-      await client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
+      await listen(client, this.channel);
     } catch (error) {
       this.lost(client, 'dropped', (error as Error).message);
       return;
@@ -212,9 +214,7 @@ export class Notifier {
       this.sendProbeOn(client);
       // The listener's own connection answers too, so a half-open socket is found even while the
       // pool cannot send (then the probe proves nothing).
-      client
-        .query('SELECT 1')
-        .catch((error: Error) => this.lost(client, 'dropped', `it did not answer a query: ${error.message}`, sentAt));
+      ping(client).catch((error: Error) => this.lost(client, 'dropped', `it did not answer a query: ${error.message}`, sentAt));
     }, this.config.probeIntervalMs);
     this.probeTimer.unref();
   }

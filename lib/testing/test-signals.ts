@@ -1,10 +1,9 @@
-import { PgQueue } from '../engine/index.js';
-import { ENABLE_TEST_SIGNALS, type EngineTestSignals } from '../engine/test-signals.js';
+import { ENABLE_TEST_SIGNALS, PgQueue, type EngineTestSignals } from '../engine/index.js';
 import { PG_QUEUE_ENGINE } from '../pg-queue.constants.js';
 import { ENGINE_NOT_FOUND } from '../pg-queue.messages.js';
 import type { ProviderSource } from './drain-queues.js';
 
-export { TestSignal, TEST_SIGNAL_TIMEOUT_DEFAULT_MS, type AttemptOutcome, type EngineTestSignals } from '../engine/test-signals.js';
+export { TestSignal, TEST_SIGNAL_TIMEOUT_DEFAULT_MS, type AttemptOutcome, type EngineTestSignals } from '../engine/index.js';
 
 /**
  * Turns on the test signals of an engine (or of the engine in a Nest application or TestingModule)

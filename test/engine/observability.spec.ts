@@ -7,6 +7,7 @@ import { checkHealth, EngineMetrics, HISTOGRAM_BUCKETS, renderPrometheus, Retrya
 import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
 import { histogramQuantile, value } from '../support/prometheus.js';
 import { testSignals } from '../support/signals.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -106,7 +107,7 @@ test('health fails when the listener has been down too long', async () => {
   await q.start();
   const signals = testSignals(q);
   await signals.notifier.listening.next();
-  await q.notifier.disconnectForTest();
+  await engineInternals(q).notifier.disconnectForTest();
   await signals.notifier.lost.next();
   // Real time on purpose: "down for longer than 50 ms" is what is checked.
   await new Promise((r) => setTimeout(r, 60));

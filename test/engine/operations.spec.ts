@@ -1,6 +1,7 @@
 import { InvalidOptionError, JobStateError, PermanentJobError, type PgQueue } from '../../lib/engine/index.js';
 import { engineFixture, waitForOutcome } from '../support/engine.js';
 import { allEnded, attemptEnded, claimed, nextClaims, testSignals } from '../support/signals.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {

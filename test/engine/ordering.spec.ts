@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { PermanentJobError, RetryableJobError } from '../../lib/engine/index.js';
-import { createQueries } from '../../lib/engine/sql.js';
+import { createStore } from '../../lib/engine/store/index.js';
 import { claimParams, planNodes, type PlanNode } from '../support/claim-plan.js';
 import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
 import { nextClaims, testSignals } from '../support/signals.js';
@@ -179,7 +179,7 @@ test('fair claims: under a flood of high-priority jobs a low-priority job waits 
 test("finishing a batch of keyed jobs reads only the batch's keys: promotion and forgetting probe each key, whatever the statistics say", async () => {
   const keys = 5_000;
   const batch = 40;
-  const queries = createQueries('pgqueue');
+  const store = createStore('pgqueue');
   const q = fx.make();
   await q.declareQueues(['promo']);
   // Statistics taken while nothing waited: the trap for a join-shaped statement.
@@ -190,11 +190,12 @@ test("finishing a batch of keyed jobs reads only the batch's keys: promotion and
   const client = await fx.pool.connect();
   try {
     await client.query('BEGIN');
-    const claimed = (await client.query({ text: queries.claim.text, values: claimParams(queries, 'promo', batch) })).rows as { id: string; lease_token: string }[];
+    const claimed = await store.claim(client, claimParams('promo', batch));
     expect(claimed).toHaveLength(batch);
-    const [done] = (await client.query({ text: queries.completeMany.text, values: [claimed.map((r) => r.id), claimed.map((r) => r.lease_token), 'explainer'] })).rows;
-    expect(done.key_names).toHaveLength(batch);
-    const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${queries.promoteKeyHeads.text}`, [done.key_queues, done.key_names, 'pgqueue_test']);
+    const done = await store.completeMany(client, { ids: claimed.map((r) => r.id), tokens: claimed.map((r) => r.leaseToken), owner: 'explainer' });
+    expect(done.keys.names).toHaveLength(batch);
+    const promote = store.statements.promoteKeyHeads;
+    const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${promote.text}`, promote.values({ keys: done.keys, channel: 'pgqueue_test' }));
     const nodes = planNodes(rows[0]['QUERY PLAN'][0].Plan as PlanNode);
     const read = (relation: string) =>
       nodes

@@ -79,7 +79,7 @@ describe('retries against the database', () => {
   test('a transient error retries with growing jittered delays and ends dead after max attempts, row kept', async () => {
     const q = fx.make({ scheduler: { intervalMs: 20 } });
     const failures: Extract<JobEvent, { type: 'failed' }>[] = [];
-    q.metrics.events$.subscribe((e) => e.type === 'failed' && failures.push(e));
+    q.onJobEvent((e) => e.type === 'failed' && failures.push(e));
     const startedAt: number[] = [];
     q.work('flaky', async () => {
       startedAt.push(Date.now());

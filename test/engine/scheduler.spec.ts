@@ -1,6 +1,7 @@
 import { engineFixture, waitForOutcome } from '../support/engine.js';
 import { testSignals } from '../support/signals.js';
 import { makeDue } from '../support/time-travel.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -19,7 +20,7 @@ test('D24: a due row another session holds locked does not make the scheduler sp
     await makeDue(fx.pool, id);
     await holder.query('BEGIN');
     await holder.query(`SELECT 1 FROM pgqueue.jobs WHERE id = $1 FOR UPDATE`, [id]); // now it is due, and locked
-    q.scheduler.wake();
+    engineInternals(q).scheduler.wake();
     await passRan.waitFor((p) => p.promoted === 0); // a pass found it due and could not take it
     const before = passRan.count;
     // Real time on purpose: a spin is a rate, passes per window.

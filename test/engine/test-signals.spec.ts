@@ -1,5 +1,6 @@
 import { PgQueue } from '../../lib/engine/index.js';
 import { TestSignal } from '../../lib/engine/test-signals.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 import { engineFixture, testLogger } from '../support/engine.js';
 import { attemptEnded, testSignals } from '../support/signals.js';
 import { expireLease, makeDue } from '../support/time-travel.js';
@@ -26,8 +27,8 @@ test('a wait sees a value signalled before it started, takes each value once, an
 test('signals are off until a test turns them on: the services hold none, so they signal nothing', async () => {
   // Not fx.make(): its engines have their signals on from the start.
   const q = new PgQueue({ connectionString: fx.url, logger: testLogger() });
-  expect(q.reaper.testSignals).toBeUndefined();
-  expect(q.scheduler.testSignals).toBeUndefined();
+  expect(engineInternals(q).reaper.testSignals).toBeUndefined();
+  expect(engineInternals(q).scheduler.testSignals).toBeUndefined();
   q.work('signals-off', async () => {});
   await q.start();
   expect(q.worker('signals-off')?.testSignals).toBeUndefined();
@@ -55,7 +56,7 @@ test('expireLease and makeDue move a time into the past, and refuse a job that h
   expect(await q.getJob(id)).toMatchObject({ status: 'scheduled', lastErrorCode: 'LEASE_EXPIRED' });
   await expect(expireLease(fx.pool, id)).rejects.toThrow(/holds no lease/);
   await makeDue(fx.pool, id);
-  q.scheduler.wake();
+  engineInternals(q).scheduler.wake();
   await signals.scheduler.passRan.waitFor((p) => p.promoted > 0);
   release(); // the stale attempt's completion is refused by the fence; the retry runs and succeeds
   expect(await attemptEnded(signals, id, 'lost')).toMatchObject({ outcome: 'lost' });
