@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { onTestFinished } from 'vitest';
 import { PgQueue, type JobRecord, type JobStatus, type PgQueueOptions } from '../../lib/engine/index.js';
 import type { AttemptOutcome } from '../../lib/testing/test-signals.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
@@ -22,7 +23,7 @@ export function testLogger() {
  */
 export async function engineFixture(label: string) {
   const database: TestDatabase = await createTestDatabase(label);
-  const pool = new pg.Pool({ connectionString: database.url, max: 20 });
+  const pool = new pg.Pool({ connectionString: database.url, max: 10 });
   // Dropping the database at the end terminates sessions that are still closing; not an error here.
   pool.on('error', () => {});
   const engines: PgQueue[] = [];
@@ -37,6 +38,15 @@ export async function engineFixture(label: string) {
     });
     testSignals(engine);
     engines.push(engine);
+    // An engine made inside a test stops when that test ends: a file's engines piling up until
+    // close() held 60-77 connections (each has a pool and a listener), which with other files in
+    // parallel filled the server's max_connections (100). One made in beforeAll (shared by the
+    // file's tests) throws here and lives until close().
+    try {
+      onTestFinished(() => engine.stop(1_000));
+    } catch {
+      // not inside a test
+    }
     return engine;
   };
   await make().migrate();
