@@ -3,6 +3,7 @@ import type pg from 'pg';
 import type { FenceLossReason } from './errors.js';
 import { retryWhile } from './retrying.js';
 import type { CompletionRow, Store } from './store/index.js';
+import type { CompleterTestSignals } from './test-signals.js';
 
 export interface CompleterConfig {
   /** Most completions written by one statement. */
@@ -53,6 +54,8 @@ export class Completer {
   private readonly waiting: Pending[] = [];
   private inFlight = 0;
   private idle: (() => void)[] = [];
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: CompleterTestSignals | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -120,19 +123,19 @@ export class Completer {
       const seen = byId.get(row.id);
       byId.set(row.id, seen === undefined ? row : Array.isArray(seen) ? [...seen, row] : [seen, row]);
     }
+    let appliedCount = 0;
     for (const pending of batch) {
       const found = byId.get(pending.id);
       const row = Array.isArray(found) ? found.find((r) => r.token === pending.token) : found?.token === pending.token ? found : undefined;
-      if (row?.ok) {
-        pending.resolve({ applied: true });
-        continue;
-      }
-      const reason = row?.reason ?? 'lease_lost';
+      // No row for this (id, token): the job is gone, a lost lease.
+      const reason = row && !row.ok ? row.reason : 'lease_lost';
       // A retried write whose earlier try committed finds the job succeeded by this very claim
       // (same token and owner); that, and only that, counts as applied.
-      const applied = tries > 1 && reason === 'finished' && row?.status === 'succeeded';
+      const applied = row?.ok === true || (tries > 1 && reason === 'finished' && row?.status === 'succeeded');
+      if (applied) appliedCount += 1;
       pending.resolve(applied ? { applied: true } : { applied: false, reason });
     }
+    this.testSignals?.flushed.signal({ jobIds: batch.map((p) => p.id), applied: appliedCount });
   }
 }
 

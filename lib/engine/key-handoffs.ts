@@ -3,6 +3,7 @@ import { integer, resolveSection, section, timerMs } from './config.js';
 import type { LogThrottle } from './log-throttle.js';
 import { PeriodicRunner } from './service.js';
 import type { Store } from './store/index.js';
+import type { PassSignals } from './test-signals.js';
 
 export interface KeyHandoffsConfig {
   /** Longest time between passes; a statement that handed keys off triggers one at once. */
@@ -38,6 +39,8 @@ export class KeyHandoffs {
   private heldFor = 0;
   /** Passes in a row that failed (the database away): they back off like held keys do. */
   private failedFor = 0;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<{ handed: number; waiting: number }> | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -86,7 +89,9 @@ export class KeyHandoffs {
     this.nextDelayMs = waiting > 0 ? Math.min(this.config.intervalMs, this.heldFor === 0 ? this.config.retryMs : this.nextDelayMs * 2) : this.config.intervalMs;
     this.heldFor = waiting > 0 ? this.heldFor + 1 : 0;
     this.failedFor = 0;
-    return { handed, waiting };
+    const result = { handed, waiting };
+    this.testSignals?.passRan.signal(result);
+    return result;
   }
 
   /** A statement just handed some keys off. */

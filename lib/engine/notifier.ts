@@ -4,6 +4,7 @@ import { requireInteger, resolveSection, section, TIMER_MAX_MS, timerMs } from '
 import { listen, ping } from './store/listener.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
+import type { NotifierTestSignals } from './test-signals.js';
 
 export interface NotifierConfig {
   /** First reconnect delay after the listener connection drops; doubles up to the maximum. */
@@ -99,6 +100,8 @@ export class Notifier {
   private warnedDeaf = false;
   /** Resolves `start()`: the first connection heard its probe, or failed. */
   private settleStart: (() => void) | undefined;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: NotifierTestSignals | undefined;
 
   constructor(
     private readonly connection: pg.ClientConfig,
@@ -261,6 +264,7 @@ export class Notifier {
     this.reconnectDelayMs = this.config.reconnectMinMs;
     this.settle();
     this.wakeAll();
+    this.testSignals?.listening.signal({ at: Date.now() });
   }
 
   /**
@@ -276,6 +280,7 @@ export class Notifier {
     this.lastFailure = why;
     this.deafAttempts = why === 'deaf' ? this.deafAttempts + 1 : 0;
     this.settle();
+    this.testSignals?.lost.signal({ why });
     if (this.stopped) return;
     // Once the deaf session has been explained, its every reconnect is no news: logged, not warned.
     // Bounded: during an outage it fails at every step of its backoff.
@@ -319,6 +324,7 @@ export class Notifier {
       return;
     }
     for (const fn of this.subscribers.get(topic) ?? []) fn(argument);
+    this.testSignals?.notification.signal({ topic, argument });
   }
 
   /** After a (re)connect: every queue's loop claims once, since wake-ups may have been missed. */

@@ -25,6 +25,7 @@ import { settlesWithin } from './service.js';
 import { createStore, type Store } from './store/index.js';
 import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
 import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
+import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
 export interface StartOptions {
@@ -98,6 +99,8 @@ export class PgQueue {
   private scrapeRead: Promise<EngineStats> | undefined;
   /** Whether the last scrape's read answered: an outage is logged once, not on every scrape. */
   private scrapeAnswered = true;
+  /** Off unless a test turned them on (see test-signals.ts). */
+  private testSignals: EngineTestSignals | undefined;
 
   constructor(given: PgQueueOptions) {
     if (given === null || typeof given !== 'object') {
@@ -263,6 +266,7 @@ export class PgQueue {
           },
           hooks,
         );
+        worker.testSignals = this.testSignals?.worker;
         this.workers.set(queue, worker);
         this.unsubscribe.push(this.notifier.subscribe(queue, () => worker.wake()));
         worker.start();
@@ -293,6 +297,24 @@ export class PgQueue {
     if (this.ownsPool && !(await settlesWithin(this.pool.end(), timeoutMs))) {
       this.logger.warn(`The pool did not close within ${timeoutMs} ms (a connection is stuck); giving up on it.`);
     }
+  }
+
+  /**
+   * Turns the services' test signals on (once; later calls return the same signals), for the
+   * tests' `testSignals(engine)` in lib/testing. Keyed by a symbol the package does not export.
+   */
+  [ENABLE_TEST_SIGNALS](): EngineTestSignals {
+    if (this.testSignals) return this.testSignals;
+    const signals = createEngineTestSignals();
+    this.testSignals = signals;
+    this.reaper.testSignals = signals.reaper;
+    this.scheduler.testSignals = signals.scheduler;
+    if (this.pruner) this.pruner.testSignals = signals.pruner;
+    this.keyHandoffs.testSignals = signals.keyHandoffs;
+    this.notifier.testSignals = signals.notifier;
+    this.completer.testSignals = signals.completer;
+    for (const worker of this.workers.values()) worker.testSignals = signals.worker;
+    return signals;
   }
 
   worker(queue: string): Worker | undefined {

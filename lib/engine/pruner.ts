@@ -4,6 +4,7 @@ import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 import { PeriodicRunner } from './service.js';
 import type { Store } from './store/index.js';
+import type { PassSignals } from './test-signals.js';
 
 export interface PrunerConfig {
   /** Succeeded jobs are deleted this long after they finished. */
@@ -36,6 +37,8 @@ export const PRUNER_OPTIONS = section<PrunerConfig>(
 export class Pruner {
   readonly config: PrunerConfig;
   private readonly runner: PeriodicRunner;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<{ removed: number }> | undefined;
 
   constructor(
     private readonly db: Queryable,
@@ -61,6 +64,7 @@ export class Pruner {
       if (deleted < this.config.batchSize) break;
     }
     if (removed > 0) this.logger.log(`Pruner deleted ${removed} succeeded job(s) past retention.`);
+    this.testSignals?.passRan.signal({ removed });
     return removed;
   }
 

@@ -6,6 +6,7 @@ import type { EngineMetrics } from './metrics.js';
 import { isTransientDatabaseError } from './pg-errors.js';
 import { PeriodicRunner } from './service.js';
 import type { ReapedJob, Store } from './store/index.js';
+import type { PassSignals } from './test-signals.js';
 
 export interface ReaperConfig {
   /** Time between passes when the reaper runs its own timer. */
@@ -60,6 +61,8 @@ export class Reaper {
   readonly config: ReaperConfig;
   private readonly runner: PeriodicRunner;
   private readonly setAside = new Set<string>();
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<ReapResult> | undefined;
 
   constructor(
     private readonly db: pg.Pool,
@@ -110,7 +113,9 @@ export class Reaper {
       this.logger.log(`Reaper recovered ${reaped} expired lease(s) (${dead} dead).`);
       this.onReaped();
     }
-    return { reaped, dead, batches, cancelsEnded };
+    const result = { reaped, dead, batches, cancelsEnded };
+    this.testSignals?.passRan.signal(result);
+    return result;
   }
 
   /**

@@ -3,6 +3,7 @@ import type { Queryable } from './db.js';
 import type { LogThrottle } from './log-throttle.js';
 import { PeriodicRunner } from './service.js';
 import type { Store } from './store/index.js';
+import type { PassSignals } from './test-signals.js';
 
 export interface SchedulerConfig {
   /** Longest sleep between passes; a pass also runs when the next scheduled job falls due. */
@@ -35,6 +36,8 @@ export class Scheduler {
   readonly config: SchedulerConfig;
   private readonly runner: PeriodicRunner;
   private nextDelayMs: number;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<{ promoted: number }> | undefined;
 
   constructor(
     private readonly db: Queryable,
@@ -66,10 +69,12 @@ export class Scheduler {
         // passes a second); it is looked at again after a floor.
         const msLeft = next !== undefined ? Math.ceil(next) : this.config.intervalMs;
         this.nextDelayMs = Math.min(this.config.intervalMs, msLeft <= 0 ? LOCKED_DUE_ROW_RETRY_MS : msLeft);
+        this.testSignals?.passRan.signal({ promoted });
         return promoted;
       }
     }
     this.nextDelayMs = 0; // the pass hit its bound with work left: continue right away
+    this.testSignals?.passRan.signal({ promoted });
     return promoted;
   }
 

@@ -10,6 +10,7 @@ import type { EngineMetrics } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
 import { whileLeaseLasts } from './retrying.js';
 import type { ClaimedJob, Store } from './store/index.js';
+import type { AttemptOutcome, WorkerTestSignals } from './test-signals.js';
 import { settlesWithin } from './service.js';
 import { runInJobSpan } from './tracing.js';
 import type { BackoffOptions, HandlerOptions, JobHandlerFn } from './types.js';
@@ -152,6 +153,8 @@ export class Worker {
   private nudge: (() => void) | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private loop: Promise<void> | undefined;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: WorkerTestSignals | undefined;
 
   constructor(
     readonly queue: string,
@@ -360,6 +363,7 @@ export class Worker {
       this.buffered.push(lease);
     }
     this.dispatch();
+    this.testSignals?.batchClaimed.signal({ queue: this.queue, jobIds: rows.map((row) => row.id) });
   }
 
   private dispatch(): void {
@@ -391,6 +395,7 @@ export class Worker {
       lease.dispose();
       if (lease.lost === 'cancelled' || lease.abortCode === 'CANCELLED') this.track(this.endCancelled(lease));
       else if (lease.abortCode === 'SHUTDOWN') this.track(this.release(lease, false));
+      else if (lease.abortCode !== 'LEASE_EXPIRED') this.ended(lease, 'lost'); // LEASE_EXPIRED: startAttempt released it
       this.dispatch();
       this.poke();
       return;
@@ -454,7 +459,7 @@ export class Worker {
     }
     if (lease.completion === 'client') return this.afterClientCompletion(lease, outcome, startedAt);
     if (lease.lost === 'cancelled') return this.endCancelled(lease);
-    if (lease.lost) return;
+    if (lease.lost) return this.ended(lease, 'lost');
     // Cancelled while it ran (the NOTIFY, or the lease check): the outcome's write is refused as
     // "cancelled" (and recorded: the handler finished after its cancel), then the attempt ends.
     return outcome.ok ? this.complete(lease, startedAt) : this.fail(lease, outcome.error);
@@ -490,6 +495,7 @@ export class Worker {
     }
     lease.markLost(fence.reason, 'complete');
     if (fence.reason === 'cancelled') return this.endCancelled(lease);
+    this.ended(lease, 'lost');
   }
 
   /**
@@ -567,6 +573,7 @@ export class Worker {
     if (waiting !== -1) {
       this.buffered.splice(waiting, 1);
       lease.dispose();
+      this.ended(lease, 'lost');
       return;
     }
     lease.abort('LEASE_LOST', `the worker no longer owns the job (${reason})`);
@@ -577,6 +584,7 @@ export class Worker {
     if (!outcome.applied) {
       lease.markLost(outcome.reason, 'complete');
       if (outcome.reason === 'cancelled') await this.endCancelled(lease);
+      else this.ended(lease, 'lost');
       return;
     }
     this.succeeded(lease, startedAt);
@@ -586,10 +594,11 @@ export class Worker {
     this.deps.metrics.increment('jobs_succeeded', { queue: this.queue });
     this.deps.metrics.observe('completion_latency_seconds', (performance.now() - lease.claimedAt) / 1_000, { queue: this.queue });
     this.deps.metrics.emit({ type: 'succeeded', queue: this.queue, jobId: lease.job.id, durationMs: performance.now() - startedAt });
+    this.ended(lease, 'succeeded');
   }
 
   private async fail(lease: Lease, error: unknown): Promise<void> {
-    if (lease.lost) return;
+    if (lease.lost) return this.ended(lease, 'lost');
     const abortCode = lease.abortCode;
     if (abortCode === 'SHUTDOWN') return this.release(lease, true);
     const failure = classifyFailure(error, abortCode);
@@ -602,6 +611,7 @@ export class Worker {
     if (!outcome.ok) {
       lease.markLost(outcome.reason, 'fail');
       if (outcome.reason === 'cancelled') await this.endCancelled(lease);
+      else this.ended(lease, 'lost');
       return;
     }
     this.deps.metrics.increment(decision.dead ? 'jobs_dead' : 'jobs_retried', { queue: this.queue, code: failure.code, attempt: lease.job.attempt });
@@ -614,20 +624,23 @@ export class Worker {
       dead: decision.dead,
       delayMs: decision.delayMs,
     });
+    this.ended(lease, decision.dead ? 'dead' : 'retried');
   }
 
   private async release(lease: Lease, started: boolean): Promise<void> {
     lease.dispose();
-    if (lease.lost) return;
+    if (lease.lost) return this.ended(lease, 'lost');
     const outcome = await whileLeaseLasts(lease, () =>
       this.deps.store.release(this.deps.db, { ...lease.fenceKey, started, maxFreeReleases: this.deps.maxFreeReleases }),
     );
     if (!outcome.ok) {
       lease.markLost(outcome.reason, 'release');
+      this.ended(lease, 'lost');
       return;
     }
     this.deps.metrics.increment('jobs_released', { queue: this.queue });
     this.deps.metrics.emit({ type: 'released', queue: this.queue, jobId: lease.job.id });
+    this.ended(lease, 'released');
   }
 
   /** A cancelled job's attempt is over: it lets go of its lease and of its ordering key. */
@@ -635,6 +648,12 @@ export class Worker {
     await whileLeaseLasts(lease, () =>
       this.deps.store.releasingKeys(this.deps.db, this.deps.channel, (db) => this.deps.store.endCancelledAttempt(db, lease.fenceKey), this.deps.keysDeferred),
     );
+    this.ended(lease, 'cancelled');
+  }
+
+  /** The attempt is over for this worker (a test signal; nothing when signals are off). */
+  private ended(lease: Lease, outcome: AttemptOutcome): void {
+    this.testSignals?.attemptEnded.signal({ queue: this.queue, jobId: lease.job.id, outcome });
   }
 
   /** Records a refusal that no statement recorded (see Lease.lossToRecord). */

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { InvalidJobError, PgQueue } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 let q: PgQueue;
@@ -54,7 +54,7 @@ test('a delayed job is promoted when due and then runs', async () => {
   const sent = Date.now();
   const id = await worker.enqueue('later', {}, { delayMs: 300 });
   expect((await worker.getJob(id))?.status).toBe('scheduled');
-  await waitForStatus(worker, id, 'succeeded');
+  await waitForOutcome(worker, id, 'succeeded');
   // Not early; and on time although the scheduler's interval is 5 s (it sleeps until the next due job).
   expect(ran[0]! - sent).toBeGreaterThanOrEqual(290);
   expect(ran[0]! - sent).toBeLessThan(2_000);

@@ -1,6 +1,7 @@
 import { Completer } from '../../lib/engine/completer.js';
 import { createStore } from '../../lib/engine/store/index.js';
 import { engineFixture } from '../support/engine.js';
+import { expireLease } from '../support/time-travel.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 const store = createStore('pgqueue');
@@ -17,11 +18,11 @@ test("a stale worker's completion, failure and heartbeat change nothing once ano
   await fx.insertJobs('fence', 1);
   const [{ id }] = (await fx.pool.query<{ id: string }>(`UPDATE pgqueue.jobs SET lease_token = 6 WHERE queue_name = 'fence' RETURNING id::text`)).rows as [{ id: string }];
 
-  const [a] = await claim('worker-a', 150);
+  const [a] = await claim('worker-a', 30_000);
   expect(a).toMatchObject({ id, leaseToken: '7' });
 
-  // A's lease expires; the reaper returns the job; B claims it with the next token.
-  await new Promise((r) => setTimeout(r, 250));
+  // A's lease expires (by the database's clock); the reaper returns the job; B claims it with the next token.
+  await expireLease(fx.pool, id);
   const reaped = await reap();
   expect(reaped).toEqual([expect.objectContaining({ id, status: 'scheduled' })]);
   await store.promoteScheduled(fx.pool, { limit: 100, channel: 'pgqueue:wake' });
@@ -86,8 +87,8 @@ test('a batch with one stale row still completes the others, and reports each ro
 test('a fenced write needs an unexpired lease by database time, even for the rightful owner', async () => {
   await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 1);
-  const [job] = await claim('worker-e', 100);
-  await new Promise((r) => setTimeout(r, 200));
+  const [job] = await claim('worker-e', 30_000);
+  await expireLease(fx.pool, job!.id);
   const outcome = await new Completer(fx.pool, store, 'worker-e', 'pgqueue:wake').complete(job!.id, job!.leaseToken);
   expect(outcome).toEqual({ applied: false, reason: 'lease_lost' });
 });
@@ -114,8 +115,8 @@ test('D15: a late completion of a job the reaper killed is a lost lease, not "fi
   await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 1);
   await fx.pool.query(`UPDATE pgqueue.jobs SET max_attempts = 1 WHERE queue_name = 'fence'`);
-  const [job] = await claim('worker-g', 100);
-  await new Promise((r) => setTimeout(r, 200));
+  const [job] = await claim('worker-g', 30_000);
+  await expireLease(fx.pool, job!.id);
   const [reaped] = await reap();
   expect(reaped).toMatchObject({ status: 'dead' });
   const completer = new Completer(fx.pool, store, 'worker-g', 'pgqueue:wake');
@@ -164,7 +165,7 @@ test('D15: a retried completion write counts as applied only when it is known to
   expect(await afterCommit.complete(committed!.id, committed!.leaseToken)).toEqual({ applied: true });
   const afterDeath = new Completer(
     lossy(async () => {
-      await fx.pool.query(`UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, [killed!.id]);
+      await expireLease(fx.pool, killed!.id);
       await reap();
     }),
     store,

@@ -2,7 +2,8 @@ import { performance } from 'node:perf_hooks';
 import { PermanentJobError, RetryableJobError } from '../../lib/engine/index.js';
 import { createStore } from '../../lib/engine/store/index.js';
 import { claimParams, planNodes, type PlanNode } from '../support/claim-plan.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
+import { nextClaims, testSignals } from '../support/signals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -82,9 +83,10 @@ test('a poisoned (dead) job blocks exactly its own key until it is replayed; sta
     { queue: 'poison', payload: { name: 'b2' }, options: { orderingKey: 'B' } },
   ]);
   const free = await q.enqueue('poison', { name: 'free' });
-  await waitForStatus(q, a1!, 'dead');
-  for (const id of [b1!, b2!, free]) await waitForStatus(q, id, 'succeeded');
-  await new Promise((r) => setTimeout(r, 500));
+  await waitForOutcome(q, a1!, 'dead');
+  for (const id of [b1!, b2!, free]) await waitForOutcome(q, id, 'succeeded');
+  // Two more claims (polls) ran, and neither took the dead head's successors.
+  expect(await nextClaims(testSignals(q), 'poison', 2)).toEqual([]);
   expect((await q.getJob(a2!))?.status).toBe('pending');
   expect((await q.getJob(a3!))?.status).toBe('pending');
   expect(done).toEqual(expect.arrayContaining(['b1', 'b2', 'free']));
@@ -94,7 +96,7 @@ test('a poisoned (dead) job blocks exactly its own key until it is replayed; sta
 
   healed = true;
   await q.replay(a1!, { actor: 'ops', reason: 'fixed' });
-  for (const id of [a1!, a2!, a3!]) await waitForStatus(q, id, 'succeeded');
+  for (const id of [a1!, a2!, a3!]) await waitForOutcome(q, id, 'succeeded');
   expect(done.slice(-3)).toEqual(['a1', 'a2', 'a3']);
   expect((await q.stats()).queues.find((s) => s.queue === 'poison')?.blockedKeys).toBe(0);
 });
@@ -116,16 +118,16 @@ test('a gap (a cancelled job) does not block its key; discarding a dead head unb
   });
   await worker.start();
   await q.resumeQueue('gaps');
-  await waitForStatus(q, g3!, 'succeeded');
+  await waitForOutcome(worker, g3!, 'succeeded');
   expect(done).toEqual(['g3']);
 
   const [d1, d2] = await q.enqueueMany([
     { queue: 'gaps', payload: { name: 'd1', die: true }, options: { orderingKey: 'D' } },
     { queue: 'gaps', payload: { name: 'd2' }, options: { orderingKey: 'D' } },
   ]);
-  await waitForStatus(q, d1!, 'dead');
+  await waitForOutcome(worker, d1!, 'dead');
   await q.discard(d1!, { reason: 'give up on it' });
-  await waitForStatus(q, d2!, 'succeeded');
+  await waitForOutcome(worker, d2!, 'succeeded');
 });
 
 test('a delayed retry keeps its key: the successor waits for the retry to succeed', async () => {
@@ -137,7 +139,7 @@ test('a delayed retry keeps its key: the successor waits for the retry to succee
   });
   await q.start();
   const ids = await q.enqueueMany(['r1', 'r2'].map((name) => ({ queue: 'retry-key', payload: { name }, options: { orderingKey: 'R' } })));
-  await waitForStatus(q, ids[1]!, 'succeeded');
+  await waitForOutcome(q, ids[1]!, 'succeeded');
   expect(order).toEqual(['r1#1', 'r1#2', 'r1#3', 'r2#1']);
 });
 

@@ -1,6 +1,8 @@
 import pg from 'pg';
 import { PgQueue, type JobRecord, type JobStatus, type PgQueueOptions } from '../../lib/engine/index.js';
+import type { AttemptOutcome } from '../../lib/testing/test-signals.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
+import { attemptEnded, testSignals } from './signals.js';
 
 /** Quiet logger for tests; collects warnings and errors so a test can assert on them. */
 export function testLogger() {
@@ -15,7 +17,8 @@ export function testLogger() {
 
 /**
  * A database of the test file's own, migrated, with a pool for direct SQL, and a factory of
- * engines on it whose intervals are short enough for tests. Everything is closed by `close()`.
+ * engines on it whose intervals are short enough for tests, their test signals on from the start
+ * (so a wait never misses an event that came first). Everything is closed by `close()`.
  */
 export async function engineFixture(label: string) {
   const database: TestDatabase = await createTestDatabase(label);
@@ -32,6 +35,7 @@ export async function engineFixture(label: string) {
       scheduler: { intervalMs: 100 },
       ...options,
     });
+    testSignals(engine);
     engines.push(engine);
     return engine;
   };
@@ -84,7 +88,22 @@ export async function waitFor<T>(check: () => Promise<T> | T, timeoutMs = 10_000
   }
 }
 
-/** Waits until job `id` reaches `status`, and returns its record then. */
+/**
+ * Waits on `queue`'s test signal until this engine's worker ended an attempt of job `id` with
+ * `outcome` (its write committed), and returns the job's record then. The engine must have its
+ * signals on from before the attempt (engines of engineFixture do).
+ */
+export async function waitForOutcome(queue: PgQueue, id: string, outcome: AttemptOutcome, timeoutMs?: number): Promise<JobRecord> {
+  await attemptEnded(testSignals(queue), id, outcome, timeoutMs);
+  const job = await queue.getJob(id);
+  if (!job) throw new Error(`waitForOutcome: job ${id} ended (${outcome}) but no longer exists`);
+  return job;
+}
+
+/**
+ * Polls until job `id` reaches `status`, and returns its record then. For a status no attempt of
+ * this engine's ends in (another process's worker, an operator's call): prefer waitForOutcome.
+ */
 export function waitForStatus(queue: PgQueue, id: string, status: JobStatus, timeoutMs = 10_000): Promise<JobRecord> {
   return waitFor(async () => {
     const job = await queue.getJob(id);
