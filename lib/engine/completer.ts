@@ -1,8 +1,7 @@
 import { integer, resolveSection, section } from './config.js';
 import type pg from 'pg';
-import type { FenceLossReason } from './errors.js';
 import { retryWhile } from './retrying.js';
-import type { CompletionRow, Store } from './store/index.js';
+import { lost, type CompletionRow, type FencedOutcome, type Store } from './store/index.js';
 import type { CompleterTestSignals } from './test-signals.js';
 
 export interface CompleterConfig {
@@ -22,7 +21,10 @@ export const COMPLETER_OPTIONS = section<CompleterConfig>(
   { writeAttempts: { use: 'nothing (completion writes are retried while the lease lasts)' } },
 );
 
-export type CompletionOutcome = { applied: true } | { applied: false; reason: FenceLossReason };
+/** Each completion's own row: applied, or refused with the reason the store decoded. */
+export type CompletionOutcome = FencedOutcome;
+
+const APPLIED: CompletionOutcome = { ok: true };
 
 /** Something whose lease lasts `msLeft` more milliseconds (a Lease): a write is retried until then. */
 export interface LeaseClock {
@@ -129,15 +131,16 @@ export class Completer {
       const row = Array.isArray(found) ? found.find((r) => r.token === pending.token) : found?.token === pending.token ? found : undefined;
       if (row?.ok) {
         appliedCount += 1;
-        pending.resolve({ applied: true });
+        pending.resolve(APPLIED);
         continue;
       }
-      const reason = row?.reason ?? 'lease_lost';
+      // No row for it: the statement did not match it at all, a lost lease (the store's decoder says so).
+      const refusal = row ?? lost(null);
       // A retried write whose earlier try committed finds the job succeeded by this very claim
       // (same token and owner); that, and only that, counts as applied.
-      const applied = tries > 1 && reason === 'finished' && row?.status === 'succeeded';
+      const applied = tries > 1 && refusal.reason === 'finished' && row?.status === 'succeeded';
       if (applied) appliedCount += 1;
-      pending.resolve(applied ? { applied: true } : { applied: false, reason });
+      pending.resolve(applied ? APPLIED : { ok: false, reason: refusal.reason });
     }
     this.testSignals?.flushed.signal({ jobIds: batch.map((p) => p.id), applied: appliedCount });
   }

@@ -17,8 +17,21 @@ export {
 } from './pg-queue.js';
 export { OPERATOR_BATCH_MAX } from './operator.js';
 export type { MaintenanceService, FixedIntervalPass, HostablePass } from './maintenance/service.js';
-export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, LiveJobStatus, FinishedJobStatus, AbortCode, CompleteOptions } from './types.js';
-export { EFFECT_RESULT_MAX_BYTES, type EffectOptions, type Reconciliation } from './effects.js';
+export type {
+  Job,
+  JobContext,
+  JobHandlerFn,
+  HandlerOptions,
+  BackoffOptions,
+  JobStatus,
+  LiveJobStatus,
+  FinishedJobStatus,
+  AbortCode,
+  CompleteOptions,
+  EffectOptions,
+  Reconciliation,
+} from './types.js';
+export { EFFECT_RESULT_MAX_BYTES } from './effects.js';
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';

@@ -1,21 +1,18 @@
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
-import type { Queryable } from './db.js';
-import { completeInTransaction } from './transactional-completion.js';
-import { runEffect } from './effects.js';
+import type { Attempt } from './attempt.js';
 import { JobAbortedError, LeaseLostError, type FenceLossReason } from './errors.js';
+import { LEASE_ABORTED, LEASE_LOST_ABORT } from './messages.js';
 import type { EngineMetrics, LeaseOperation } from './metrics.js';
 import type { ClaimedJob, FencedOutcome, FenceParams, Renewal, Store } from './store/index.js';
 import type { TraceCarrier } from './tracing.js';
-import type { AbortCode, Job, JobContext } from './types.js';
+import type { AbortCode, Job, Queryable } from './types.js';
 
 export interface LeaseDeps {
   readonly db: pg.Pool;
   readonly store: Store;
   readonly owner: string;
   readonly metrics: EngineMetrics;
-  /** The NOTIFY channel (a transactional completion may wake the next job of an ordering key). */
-  readonly channel: string;
 }
 
 export interface LeaseTiming {
@@ -61,11 +58,13 @@ export type { LeaseOperation } from './metrics.js';
  * While the attempt waits in the worker's buffer (prefetched, not started), running out of lease
  * does not abort it: `onBufferedExpiry` hands it back instead (the worker releases it without
  * charging the attempt).
+ *
+ * It is the attempt's state and nothing more: the handler's context is built over it by the
+ * worker's executor (job-context.ts), and ctx.complete and ctx.effect see it only as an `Attempt`.
  */
-export class Lease {
+export class Lease implements Attempt {
   /** What the handler receives; replaced (never mutated) when a start renewal moves the deadline. */
   job: Job;
-  readonly context: JobContext;
   readonly traceCarrier: TraceCarrier | null;
   /** When the claim that granted this lease was sent (monotonic ms). */
   readonly claimedAt: number;
@@ -96,7 +95,7 @@ export class Lease {
    */
   completion: 'own' | 'client' | undefined;
   /** The transaction of a ctx.complete in progress: heartbeats go through it (see heartbeat()). */
-  openTransaction: Queryable | undefined;
+  private openTransaction: Queryable | undefined;
   /**
    * The last committed grant, kept while a renewal written inside that transaction is not known
    * to have committed: the renewal holds while the transaction is open (its row lock keeps every
@@ -134,15 +133,6 @@ export class Lease {
     this.grantedAt = requestedAt;
     this.expiresAt = requestedAt + row.leaseMsLeft;
     this.atDeadline = row.leaseAtDeadline;
-    const lease = this;
-    this.context = {
-      signal: this.controller.signal,
-      attempt: row.attempt,
-      token: row.leaseToken,
-      heartbeat: () => lease.heartbeat(),
-      complete: (work, options) => completeInTransaction(lease, work, options),
-      effect: (name, call, options) => runEffect(lease, name, call, options),
-    };
     this.arm();
   }
 
@@ -165,8 +155,13 @@ export class Lease {
     return this.expiresAt - performance.now();
   }
 
+  /** ctx.complete's work is running: its transaction is open. */
+  get inCompletion(): boolean {
+    return this.openTransaction !== undefined;
+  }
+
   abort(code: AbortCode, message: string): void {
-    if (!this.controller.signal.aborted) this.controller.abort(new JobAbortedError(code, `Job ${this.job.id}: ${message}`));
+    if (!this.controller.signal.aborted) this.controller.abort(new JobAbortedError(code, LEASE_ABORTED(this.job.id, message)));
   }
 
   /** Marks the fence as lost (a write was refused), counts it, and aborts the handler. */
@@ -174,7 +169,7 @@ export class Lease {
     this.lost ??= reason;
     this.deps.metrics.increment('lease_lost', { queue: this.job.queue, reason, operation });
     this.deps.metrics.emit({ type: 'lease_lost', queue: this.job.queue, jobId: this.job.id, leaseToken: this.job.leaseToken, reason, operation });
-    this.abort(reason === 'cancelled' ? 'CANCELLED' : 'LEASE_LOST', `the worker no longer owns the job (${reason})`);
+    this.abort(reason === 'cancelled' ? 'CANCELLED' : 'LEASE_LOST', LEASE_LOST_ABORT(reason));
   }
 
   /** The error a refused operation throws, once the fence is known to be lost. */
@@ -182,20 +177,22 @@ export class Lease {
     return new LeaseLostError(this.job.id, this.job.leaseToken, reason);
   }
 
-  /**
-   * After a fenced statement matched nothing: reads why (on `db`, which must be a connection the
-   * caller may use now: its own transaction's, or the pool when it holds none), marks the lease
-   * lost, returns the error to throw.
-   */
-  async lostOn(operation: LeaseOperation, db: Queryable = this.deps.db): Promise<LeaseLostError> {
-    const { reason } = await this.deps.store.fenceLoss(db, this.fenceKey);
-    this.markLost(reason, operation);
-    return this.lostError(reason);
-  }
-
   /** The handler starts now: from here, running out of lease aborts its signal (the timer reads this flag). */
   begin(): void {
     this.started = true;
+  }
+
+  /**
+   * Runs ctx.complete's work with its transaction open: a heartbeat meanwhile goes through that
+   * transaction (see renew()), and ctx.effect refuses to run (see inCompletion).
+   */
+  async inTransaction<R>(tx: Queryable, work: () => Promise<R>): Promise<R> {
+    this.openTransaction = tx;
+    try {
+      return await work();
+    } finally {
+      this.openTransaction = undefined;
+    }
   }
 
   /** ctx.complete's own transaction committed: a renewal written in it holds. */

@@ -8,7 +8,7 @@ import { NOTIFIER_OPTIONS, type NotifierConfig } from './notifier.js';
 import type pg from 'pg';
 import type { EngineLogger } from './logger.js';
 import type { MigrationMode } from './migrator.js';
-import { MAX_PAYLOAD_BYTES_DEFAULT } from './producer.js';
+import { MAX_PAYLOAD_BYTES_DEFAULT } from './json.js';
 import { PRUNER_OPTIONS, type PrunerConfig } from './maintenance/pruner.js';
 import { REAPER_OPTIONS, type ReaperConfig } from './maintenance/reaper.js';
 import { SCHEDULER_OPTIONS, type SchedulerConfig } from './maintenance/scheduler.js';

@@ -2,6 +2,7 @@ import { describe } from './config.js';
 import type { Queryable } from './db.js';
 import { InvalidJobError } from './errors.js';
 import { isQueueName } from './identifiers.js';
+import { payloadJson } from './json.js';
 import type { EnqueueRow, Store } from './store/index.js';
 import { captureTraceContext } from './tracing.js';
 
@@ -36,9 +37,6 @@ export interface JobToEnqueue<T = unknown> {
   payload: T;
   options?: EnqueueOptions;
 }
-
-/** The largest payload accepted by default: 256 KiB of JSON text. */
-export const MAX_PAYLOAD_BYTES_DEFAULT = 256 * 1024;
 
 const PRIORITY_MIN = -1000;
 const PRIORITY_MAX = 1000;
@@ -92,14 +90,7 @@ export class Producer {
         `${where}: queue name ${describe(queue)} is not valid. Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.`,
       );
     }
-    const json = serializePayload(payload, `${where} (queue "${queue}")`);
-    const bytes = Buffer.byteLength(json);
-    if (bytes > this.deps.maxPayloadBytes) {
-      throw new InvalidJobError(
-        'PAYLOAD_TOO_LARGE',
-        `${where} (queue "${queue}"): the payload is ${bytes} bytes of JSON, over the limit of ${this.deps.maxPayloadBytes}. Store large data elsewhere (a table, an object store) and enqueue a reference to it.`,
-      );
-    }
+    const json = payloadJson(payload, `${where} (queue "${queue}")`, this.deps.maxPayloadBytes);
     if (options === null || typeof options !== 'object') {
       throw new InvalidJobError('INVALID_JOB_OPTION', `${where}: options must be an object, not ${describe(options)}.`);
     }
@@ -135,43 +126,4 @@ export class Producer {
       k: orderingKey ?? null,
     };
   }
-}
-
-/**
- * JSON.stringify silently turns NaN into null and drops functions, and throws a bare TypeError on
- * BigInt and cycles. A job payload must survive the round trip, so those are errors here, with the
- * path of the offending value.
- */
-export function serializePayload(payload: unknown, where: string): string {
-  const fail = (path: string, problem: string) =>
-    new InvalidJobError('PAYLOAD_NOT_JSON', `${where}: the payload is not JSON: ${problem} at ${path}. Convert it to JSON-safe values (strings, numbers, booleans, null, arrays, plain objects). Nothing was enqueued.`);
-  const stack: unknown[] = [];
-  const visit = (value: unknown, path: string): void => {
-    switch (typeof value) {
-      case 'string':
-      case 'boolean':
-        return;
-      case 'number':
-        if (!Number.isFinite(value)) throw fail(path, `${value} is not a finite number`);
-        return;
-      case 'bigint':
-        throw fail(path, 'a BigInt (use a string or number)');
-      case 'undefined':
-        if (path === '$') throw fail(path, 'undefined');
-        return;
-      case 'function':
-      case 'symbol':
-        throw fail(path, `a ${typeof value}`);
-    }
-    if (value === null) return;
-    if (stack.includes(value)) throw fail(path, 'a cycle (an object that contains itself)');
-    if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return; // Date and friends
-    if (value instanceof Map || value instanceof Set) throw fail(path, `a ${value.constructor.name} (use an array or a plain object)`);
-    stack.push(value);
-    if (Array.isArray(value)) value.forEach((item, i) => visit(item, `${path}[${i}]`));
-    else for (const [key, item] of Object.entries(value as object)) visit(item, `${path}.${key}`);
-    stack.pop();
-  };
-  visit(payload, '$');
-  return JSON.stringify(payload);
 }

@@ -1,11 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { Attempt, AttemptDeps } from './attempt.js';
 import { requireInteger } from './config.js';
-import type { Queryable } from './db.js';
-import { HandlerUsageError, RetryableJobError } from './errors.js';
-import type { Lease } from './lease.js';
+import { HandlerUsageError, LeaseLostError, RetryableJobError, type FenceLossReason } from './errors.js';
+import { CLIENT_NOT_IN_TRANSACTION, FENCE_LOCK_TIMEOUT } from './messages.js';
 import { sqlState } from './pg-errors.js';
-import { transaction, type FencedOutcome, type Store } from './store/index.js';
-import type { CompleteOptions } from './types.js';
+import { lost, transaction, type FencedOutcome, type Store } from './store/index.js';
+import type { CompleteOptions, Queryable } from './types.js';
 
 export const LOCK_TIMEOUT_DEFAULT_MS = 5_000;
 
@@ -30,73 +30,73 @@ const LOCK_RETRY_MS = 20;
  * - Nothing here asks the pool for a connection while the transaction holds one: a refusal is
  *   read on the transaction's own connection, and recorded in the job's history by the worker
  *   once the handler has settled.
+ *
+ * A function of the attempt and the transaction: it returns what happened, and changes nothing
+ * of the attempt's. The executor (job-context.ts) applies the outcome: a refusal marks the lease
+ * lost; a success says how the job was finished ('own': committed here; 'client': written in the
+ * caller's transaction, true only once the caller commits) and whether a key was handed off.
  */
-export async function completeInTransaction<R>(lease: Lease, work: (tx: Queryable) => Promise<R>, options: CompleteOptions = {}): Promise<R> {
-  if (lease.completion !== undefined) throw lease.lostError('finished');
-  if (lease.lost) throw lease.lostError(lease.lost);
+export async function completeInTransaction<R>(
+  attempt: Attempt,
+  deps: AttemptDeps,
+  work: (tx: Queryable) => Promise<R>,
+  options: CompleteOptions = {},
+): Promise<Completion<R>> {
   const lockTimeoutMs = requireInteger('lockTimeoutMs', options.lockTimeoutMs ?? LOCK_TIMEOUT_DEFAULT_MS, 1, 600_000);
-  const { store, channel } = lease.deps;
-  const { id } = lease.job;
-  const fenceKey = lease.fenceKey;
-  /** A fenced step was refused: the lease is lost, and the refusal is recorded once the handler settles. */
-  const refused = (outcome: FencedOutcome & { ok: false }) => {
-    lease.lossToRecord = true;
-    lease.markLost(outcome.reason, 'complete');
-    return lease.lostError(outcome.reason);
+  const { store, channel } = deps;
+  const { id } = attempt.job;
+  const fenceKey = attempt.fenceKey;
+  /**
+   * A fenced step was refused: set, then thrown so that the work (if it ran) rolls back with it.
+   * Only this function's own refusal is turned into the outcome: an error of the work's (even a
+   * LeaseLostError from a heartbeat inside it) goes to the handler as it is.
+   */
+  let refusal: FenceLossReason | undefined;
+  const refuse = (reason: FenceLossReason) => {
+    refusal = reason;
+    return new LeaseLostError(id, fenceKey.token, reason);
   };
 
-  const inTransaction = async (tx: Queryable): Promise<R> => {
+  const inTransaction = async (tx: Queryable): Promise<{ result: R; keysDeferred: boolean }> => {
     const lockUntil = performance.now() + lockTimeoutMs;
     for (;;) {
       if ((await store.lockFence(tx, fenceKey)).locked) break;
       const fence = await store.fenceLoss(tx, fenceKey);
-      if (!fence.owned) throw refused({ ok: false, reason: fence.reason });
+      if (!fence.owned) throw refuse(fence.reason);
       // Still ours, but someone holds the row (an operator's cancellation deciding first).
-      if (performance.now() >= lockUntil) {
-        throw new RetryableJobError(`Job ${id}: its row stayed locked for ${lockTimeoutMs} ms (an operator's cancellation?); nothing was written.`, {
-          code: 'FENCE_LOCK_TIMEOUT',
-        });
-      }
+      if (performance.now() >= lockUntil) throw new RetryableJobError(FENCE_LOCK_TIMEOUT(id, lockTimeoutMs), { code: 'FENCE_LOCK_TIMEOUT' });
       await sleep(Math.min(LOCK_RETRY_MS, Math.max(1, lockUntil - performance.now())));
     }
 
-    lease.openTransaction = tx;
-    let result: R;
-    try {
-      result = await work(tx);
-    } finally {
-      lease.openTransaction = undefined;
-    }
+    const result = await work(tx);
     const done = await store.completeMany(tx, { ids: [fenceKey.id], tokens: [fenceKey.token], owner: fenceKey.owner });
-    const outcome: FencedOutcome = done.rows[0] ?? { ok: false, reason: 'lease_lost' };
+    const outcome: FencedOutcome = done.rows[0] ?? lost(null);
     // We hold the row, so only time can refuse it now: the lease ran out during the work (by
     // the database's clock). The work rolls back with the refusal.
-    if (!outcome.ok) throw refused(outcome);
+    if (!outcome.ok) throw refuse(outcome.reason);
     // Told once the transaction commits (the worker does, after the handler settles).
-    if (await store.promoteReleasedKeys(tx, channel, done.keys)) lease.keysDeferred = true;
-    return result;
+    const keysDeferred = await store.promoteReleasedKeys(tx, channel, done.keys);
+    return { result, keysDeferred };
   };
 
-  if (options.client) {
-    await requireTransaction(options.client, store, id);
-    // Its heartbeats hold only if the caller commits, which nothing here learns: the local lease
-    // keeps its last committed length (the conservative side).
-    const result = await inTransaction(options.client).finally(() => lease.dropRenewal());
-    // True only once the caller commits: the worker checks after the handler settles (D14).
-    lease.completion = 'client';
-    return result;
-  }
-  let result: R;
   try {
-    result = await transaction(lease.deps.db, inTransaction, store);
+    if (options.client) {
+      await requireTransaction(options.client, store, id);
+      // True only once the caller commits: the worker checks after the handler settles (D14).
+      return { ok: true, completion: 'client', ...(await inTransaction(options.client)) };
+    }
+    return { ok: true, completion: 'own', ...(await transaction(deps.db, inTransaction, store)) };
   } catch (error) {
-    lease.dropRenewal();
+    if (refusal !== undefined) return { ok: false, reason: refusal };
     throw error;
   }
-  lease.commitRenewal();
-  lease.completion = 'own';
-  return result;
 }
+
+/**
+ * What ctx.complete did: refused by the fence (nothing was written), or the job's success written
+ * with the work's `result`, committed here ('own') or in the caller's transaction ('client').
+ */
+export type Completion<R> = FencedOutcome<{ result: R; completion: 'own' | 'client'; keysDeferred: boolean }>;
 
 /** A caller's client must be inside a transaction block (see requireTransaction in store/fence.ts). */
 async function requireTransaction(client: Queryable, store: Store, jobId: string): Promise<void> {
@@ -104,10 +104,6 @@ async function requireTransaction(client: Queryable, store: Store, jobId: string
     await store.requireTransaction(client);
   } catch (error) {
     if (sqlState(error) !== '25P01') throw error;
-    throw new HandlerUsageError(
-      'CLIENT_NOT_IN_TRANSACTION',
-      `Job ${jobId}: ctx.complete({ client }) needs a client inside a transaction: call client.query('BEGIN') first, and COMMIT after ctx.complete returns. ` +
-        'Nothing was written; outside a transaction the work would commit on its own even if the completion were refused.',
-    );
+    throw new HandlerUsageError('CLIENT_NOT_IN_TRANSACTION', CLIENT_NOT_IN_TRANSACTION(jobId));
   }
 }

@@ -1,6 +1,17 @@
-import type { Queryable } from './db.js';
-import type { EffectOptions } from './effects.js';
-import type { FenceLossReason } from './errors.js';
+import type pg from 'pg';
+
+/**
+ * The job and handler types: a leaf of the engine's import graph (it imports no engine module), so every engine file can use them without joining a circle
+ * (test/structure.spec.ts holds the line).
+ */
+
+/**
+ * Anything that runs a query: a pool, a client, a caller's transaction (ctx.complete's `tx`, the
+ * `client` of enqueue), or an adapter with `query(config)`.
+ */
+export interface Queryable {
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<R>>;
+}
 
 /** States of a job. `scheduled` is pending work that is not due yet. */
 export type JobStatus = 'scheduled' | 'pending' | 'running' | 'succeeded' | 'dead' | 'cancelled';
@@ -71,6 +82,21 @@ export interface JobContext {
   effect<R>(name: string, call: (idempotencyKey: string) => Promise<R>, options?: EffectOptions<R>): Promise<R>;
 }
 
+/** What a reconcile function reports after asking the destination about an uncertain effect. */
+export type Reconciliation<R> = { done: true; result: R } | { done: false };
+
+export interface EffectOptions<R> {
+  /**
+   * Called instead of assuming, when an earlier attempt started this effect but never confirmed it
+   * (it crashed, or lost its lease, between the call and the record). Look the key up at the
+   * destination: `{ done: true, result }` records the effect without calling again;
+   * `{ done: false }` calls again with the same key. Without it, the call is repeated with the
+   * same key, which is right for destinations that deduplicate. Also asked, when given, for the
+   * result of an effect that happened but whose result could not be stored.
+   */
+  reconcile?: (idempotencyKey: string) => Promise<Reconciliation<R>>;
+}
+
 export interface CompleteOptions {
   /** Run inside this already-open transaction (any `pg` client, or an adapter with `query(config)`). */
   client?: Queryable;
@@ -110,11 +136,4 @@ export interface HandlerOptions {
   fairShare: number;
   /** The handler's signal aborts this long before the lease would expire in the database. */
   abortMarginMs: number | undefined;
-}
-
-/** A fenced write was refused; what the worker knows about why. */
-export interface FenceLoss {
-  readonly jobId: string;
-  readonly leaseToken: string;
-  readonly reason: FenceLossReason;
 }

@@ -1,12 +1,30 @@
 import { performance } from 'node:perf_hooks';
 import { integer, nested, number, resolveSection, section, type Section } from './config.js';
 import type pg from 'pg';
-import { InvalidOptionError, RetryableJobError, type FenceLossReason } from './errors.js';
+import { InvalidOptionError, JobAbortedError, RetryableJobError, type FenceLossReason } from './errors.js';
 import type { Completer } from './completer.js';
+import { jobContext } from './job-context.js';
 import { Lease } from './lease.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
-import type { EngineMetrics } from './metrics.js';
+import {
+  ABORT_MARGIN_FIX,
+  ABORT_MARGIN_TOO_LARGE,
+  CLAIM_FAILED,
+  CLAIM_KIND,
+  COMPLETION_NOT_COMMITTED,
+  HANDLER_DID_NOT_SETTLE,
+  HANDLER_DID_NOT_STOP,
+  LEASE_LOST_ABORT,
+  OUTCOME_WRITE_FAILED,
+  SIGNAL_IGNORED,
+  START_RENEWAL_FAILED,
+  THREW_AFTER_CLIENT_COMPLETE,
+  THREW_AFTER_COMPLETE,
+  WRITE_KIND,
+  WRITES_PENDING_AT_SHUTDOWN,
+} from './messages.js';
+import type { EngineMetrics, LeaseOperation } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
 import { whileLeaseLasts } from './retrying.js';
 import type { ClaimedJob, Store } from './store/index.js';
@@ -62,8 +80,8 @@ export function resolveHandlerOptions(where: string, options: Partial<HandlerOpt
     if (merged.abortMarginMs * 2 > attemptLeaseMs) {
       throw new InvalidOptionError(
         at('abortMarginMs'),
-        `${merged.abortMarginMs} ms is more than half the lease of an attempt (${attemptLeaseMs} ms, the shorter of leaseMs and maxRuntimeMs)`,
-        'Use a smaller margin, or a longer lease and maximum runtime.',
+        ABORT_MARGIN_TOO_LARGE(merged.abortMarginMs, attemptLeaseMs),
+        ABORT_MARGIN_FIX(),
       );
     }
   }
@@ -164,8 +182,8 @@ export class Worker {
     private readonly hooks: WorkerHooks = {},
   ) {
     this.options = options;
-    this.claimKind = `Claim on queue "${queue}"`;
-    this.writeKind = `Queue "${queue}": writing a job's outcome`;
+    this.claimKind = CLAIM_KIND(queue);
+    this.writeKind = WRITE_KIND(queue);
   }
 
   /** Jobs claimed by this worker and not finished: running handlers plus prefetched ones. */
@@ -224,13 +242,13 @@ export class Worker {
       // The handler ignored its signal. Hand the job back now; its late outcome is ignored.
       this.running.delete(lease);
       lease.dispose();
-      this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") did not stop at shutdown; its lease is released.`);
+      this.deps.logger.warn(HANDLER_DID_NOT_STOP(lease.job.id, this.queue));
       this.track(this.release(lease, lease.started));
     }
     // Bounded too: a write stuck on a dead network must not hold the shutdown forever (the reaper
     // recovers whatever it was writing).
     if (!(await settlesWithin(Promise.allSettled([...this.writes]), timeoutMs))) {
-      this.deps.logger.warn(`Queue "${this.queue}": outcome writes still pending after ${timeoutMs} ms at shutdown; leaving them to the reaper.`);
+      this.deps.logger.warn(WRITES_PENDING_AT_SHUTDOWN(this.queue, timeoutMs));
     }
     this.state = 'stopped';
   }
@@ -334,7 +352,7 @@ export class Worker {
       });
     } catch (error) {
       const reason = (error as Error).message;
-      this.deps.failures.failed(this.claimKind, reason, 'error', `${this.claimKind} failed: ${reason}. Retrying at the next poll.`);
+      this.deps.failures.failed(this.claimKind, reason, 'error', CLAIM_FAILED(this.claimKind, reason));
       this.moreWork = this.wakeups !== wakeupsBefore;
       return;
     } finally {
@@ -418,7 +436,7 @@ export class Worker {
       // Not renewed (the database is away): start on what is left if that is still of use, else
       // give the job back without charging the attempt.
       if (lease.msLeft > 2 * lease.abortMarginMs) return;
-      this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}"): its lease could not be renewed before it started (${(error as Error).message}); it is released.`);
+      this.deps.logger.warn(START_RENEWAL_FAILED(lease.job.id, this.queue, (error as Error).message));
       lease.abort('LEASE_EXPIRED', 'its lease ran out in the buffer and could not be renewed');
       this.track(this.release(lease, false));
     }
@@ -430,7 +448,7 @@ export class Worker {
     const abandon = this.watchForUnsettled(lease);
     let outcome: Outcome;
     try {
-      await runInJobSpan(lease.job, lease.traceCarrier, async () => this.handler(lease.job as never, lease.context));
+      await runInJobSpan(lease.job, lease.traceCarrier, async () => this.handler(lease.job as never, jobContext(lease, this.deps)));
       outcome = { ok: true };
     } catch (error) {
       outcome = { ok: false, error };
@@ -454,7 +472,7 @@ export class Worker {
     if (lease.keysDeferred) this.deps.keysDeferred(); // ctx.complete's transaction has ended
     if (lease.completion === 'own') {
       // ctx.complete() committed the job's success with the handler's own writes.
-      if (!outcome.ok) this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") threw after ctx.complete() committed; it stays succeeded.`);
+      if (!outcome.ok) this.deps.logger.warn(THREW_AFTER_COMPLETE(lease.job.id, this.queue));
       return this.succeeded(lease, startedAt);
     }
     if (lease.completion === 'client') return this.afterClientCompletion(lease, outcome, startedAt);
@@ -481,21 +499,16 @@ export class Worker {
   private async afterClientCompletion(lease: Lease, outcome: Outcome, startedAt: number): Promise<void> {
     const fence = await whileLeaseLasts(lease, () => this.deps.store.fenceLoss(this.deps.db, lease.fenceKey));
     if (fence.finishedByThisClaim) {
-      if (!outcome.ok) this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") threw after its ctx.complete() transaction committed; it stays succeeded.`);
+      if (!outcome.ok) this.deps.logger.warn(THREW_AFTER_CLIENT_COMPLETE(lease.job.id, this.queue));
       return this.succeeded(lease, startedAt);
     }
     if (fence.owned) {
       const error = outcome.ok
-        ? new RetryableJobError(
-            `Job ${lease.job.id}: the handler returned after ctx.complete({ client }), but its transaction did not commit (it was rolled back, or is still open). Commit it before the handler returns.`,
-            { code: 'COMPLETION_NOT_COMMITTED' },
-          )
+        ? new RetryableJobError(COMPLETION_NOT_COMMITTED(lease.job.id), { code: 'COMPLETION_NOT_COMMITTED' })
         : outcome.error;
       return this.fail(lease, error);
     }
-    lease.markLost(fence.reason, 'complete');
-    if (fence.reason === 'cancelled') return this.endCancelled(lease);
-    this.ended(lease, 'lost');
+    return this.refused(lease, fence.reason, 'complete');
   }
 
   /**
@@ -513,11 +526,11 @@ export class Worker {
       timer = setTimeout(() => {
         if (!this.running.delete(lease)) return;
         lease.dispose();
-        this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") ignored its aborted signal (${code}); its slot is freed.`);
+        this.deps.logger.warn(SIGNAL_IGNORED(lease.job.id, this.queue, code));
         this.dispatch();
         this.poke();
         if ((code === 'LEASE_EXPIRED' || code === 'MAX_RUNTIME') && !lease.lost && lease.completion === undefined) {
-          this.track(this.fail(lease, new Error('the handler did not settle after its signal was aborted')));
+          this.track(this.fail(lease, new JobAbortedError(code, HANDLER_DID_NOT_SETTLE())));
         }
       }, Math.max(1, Math.floor(lease.abortMarginMs / 2)));
       timer.unref();
@@ -576,17 +589,12 @@ export class Worker {
       this.ended(lease, 'lost');
       return;
     }
-    lease.abort('LEASE_LOST', `the worker no longer owns the job (${reason})`);
+    lease.abort('LEASE_LOST', LEASE_LOST_ABORT(reason));
   }
 
   private async complete(lease: Lease, startedAt: number): Promise<void> {
     const outcome = await this.deps.completer.complete(lease.job.id, lease.job.leaseToken, lease.job.orderingKey !== null, lease);
-    if (!outcome.applied) {
-      lease.markLost(outcome.reason, 'complete');
-      if (outcome.reason === 'cancelled') await this.endCancelled(lease);
-      else this.ended(lease, 'lost');
-      return;
-    }
+    if (!outcome.ok) return this.refused(lease, outcome.reason, 'complete');
     this.succeeded(lease, startedAt);
   }
 
@@ -608,12 +616,7 @@ export class Worker {
     const outcome = await whileLeaseLasts(lease, () =>
       this.deps.store.fail(this.deps.db, { ...lease.fenceKey, dead: decision.dead, delayMs: decision.delayMs, code: failure.code, message: failure.message }),
     );
-    if (!outcome.ok) {
-      lease.markLost(outcome.reason, 'fail');
-      if (outcome.reason === 'cancelled') await this.endCancelled(lease);
-      else this.ended(lease, 'lost');
-      return;
-    }
+    if (!outcome.ok) return this.refused(lease, outcome.reason, 'fail');
     this.deps.metrics.increment(decision.dead ? 'jobs_dead' : 'jobs_retried', { queue: this.queue, code: failure.code, attempt: lease.job.attempt });
     this.deps.metrics.emit({
       type: 'failed',
@@ -643,6 +646,17 @@ export class Worker {
     this.ended(lease, 'released');
   }
 
+  /**
+   * A fenced write of the attempt's outcome was refused, for the reason the store decoded: the
+   * lease is lost (counted, and the handler's signal aborted), and the attempt is over for this
+   * worker. A cancelled job still lets go of its ordering key.
+   */
+  private async refused(lease: Lease, reason: FenceLossReason, operation: LeaseOperation): Promise<void> {
+    lease.markLost(reason, operation);
+    if (reason === 'cancelled') return this.endCancelled(lease);
+    this.ended(lease, 'lost');
+  }
+
   /** A cancelled job's attempt is over: it lets go of its lease and of its ordering key. */
   private async endCancelled(lease: Lease): Promise<void> {
     await whileLeaseLasts(lease, () =>
@@ -669,7 +683,7 @@ export class Worker {
       (error: unknown) => {
         // One per job, and a whole batch fails at once while the database is away: bounded.
         const reason = (error as Error).message;
-        this.deps.failures.failed(this.writeKind, reason, 'error', `${this.writeKind} failed: ${reason}. The reaper will recover the job when its lease expires.`);
+        this.deps.failures.failed(this.writeKind, reason, 'error', OUTCOME_WRITE_FAILED(this.writeKind, reason));
       },
     );
     this.writes.add(tracked);

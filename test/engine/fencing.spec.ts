@@ -30,12 +30,12 @@ test("a stale worker's completion, failure and heartbeat change nothing once ano
   expect(b).toMatchObject({ id, leaseToken: '8' });
 
   const bDone = await new Completer(fx.pool, store, 'worker-b', 'pgqueue:wake').complete(id, '8');
-  expect(bDone).toEqual({ applied: true });
+  expect(bDone).toEqual({ ok: true });
   const before = (await fx.pool.query(`SELECT * FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
 
   // A wakes up late. Every fenced write it attempts is refused and recorded.
   const aDone = await new Completer(fx.pool, store, 'worker-a', 'pgqueue:wake').complete(id, '7');
-  expect(aDone).toEqual({ applied: false, reason: 'lease_lost' });
+  expect(aDone).toEqual({ ok: false, reason: 'lease_lost' });
   const aFail = await store.fail(fx.pool, { id, owner: 'worker-a', token: '7', dead: false, delayMs: 0, code: 'X', message: 'late' });
   expect(aFail).toEqual({ ok: false, reason: 'lease_lost' });
   const aBeat = await store.heartbeat(fx.pool, { id, owner: 'worker-a', token: '7', leaseMs: 30_000 });
@@ -60,10 +60,10 @@ test('a second completion under the same token is refused as "finished"; a cance
   await fx.insertJobs('fence', 2);
   const [first, second] = await claim('worker-c', 30_000, 2);
   const completer = new Completer(fx.pool, store, 'worker-c', 'pgqueue:wake');
-  expect(await completer.complete(first!.id, first!.leaseToken)).toEqual({ applied: true });
-  expect(await completer.complete(first!.id, first!.leaseToken)).toEqual({ applied: false, reason: 'finished' });
+  expect(await completer.complete(first!.id, first!.leaseToken)).toEqual({ ok: true });
+  expect(await completer.complete(first!.id, first!.leaseToken)).toEqual({ ok: false, reason: 'finished' });
   await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`, [second!.id]);
-  expect(await completer.complete(second!.id, second!.leaseToken)).toEqual({ applied: false, reason: 'cancelled' });
+  expect(await completer.complete(second!.id, second!.leaseToken)).toEqual({ ok: false, reason: 'cancelled' });
 });
 
 test('a batch with one stale row still completes the others, and reports each row', async () => {
@@ -75,8 +75,8 @@ test('a batch with one stale row still completes the others, and reports each ro
   const outcomes = await Promise.all(
     claimed.map((job) => completer.complete(job.id, job === stale ? String(Number(job.leaseToken) - 1) : job.leaseToken)),
   );
-  expect(outcomes.filter((o) => o.applied)).toHaveLength(4);
-  expect(outcomes[2]).toEqual({ applied: false, reason: 'lease_lost' });
+  expect(outcomes.filter((o) => o.ok)).toHaveLength(4);
+  expect(outcomes[2]).toEqual({ ok: false, reason: 'lease_lost' });
   const statuses = (await fx.pool.query(`SELECT status, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'fence' GROUP BY status ORDER BY status`)).rows;
   expect(statuses).toEqual([
     { status: 'running', n: 1 },
@@ -90,7 +90,7 @@ test('a fenced write needs an unexpired lease by database time, even for the rig
   const [job] = await claim('worker-e', 30_000);
   await expireLease(fx.pool, job!.id);
   const outcome = await new Completer(fx.pool, store, 'worker-e', 'pgqueue:wake').complete(job!.id, job!.leaseToken);
-  expect(outcome).toEqual({ applied: false, reason: 'lease_lost' });
+  expect(outcome).toEqual({ ok: false, reason: 'lease_lost' });
 });
 
 test('D16: a stale and a current completion of one job in one batch: only the current one is applied', async () => {
@@ -104,9 +104,9 @@ test('D16: a stale and a current completion of one job in one batch: only the cu
     completer.complete(job!.id, String(Number(job!.leaseToken) - 1)),
     completer.complete(job!.id, job!.leaseToken),
   ]);
-  expect(first).toEqual({ applied: true });
-  expect(stale).toEqual({ applied: false, reason: 'lease_lost' });
-  expect(current).toEqual({ applied: true });
+  expect(first).toEqual({ ok: true });
+  expect(stale).toEqual({ ok: false, reason: 'lease_lost' });
+  expect(current).toEqual({ ok: true });
   const events = (await fx.pool.query(`SELECT kind, lease_token::text, error_code FROM pgqueue.job_events WHERE job_id = $1`, [job!.id])).rows;
   expect(events).toEqual([{ kind: 'lost_fence', lease_token: String(Number(job!.leaseToken) - 1), error_code: 'LEASE_LOST' }]);
 });
@@ -120,7 +120,7 @@ test('D15: a late completion of a job the reaper killed is a lost lease, not "fi
   const [reaped] = await reap();
   expect(reaped).toMatchObject({ status: 'dead' });
   const completer = new Completer(fx.pool, store, 'worker-g', 'pgqueue:wake');
-  expect(await completer.complete(job!.id, job!.leaseToken)).toEqual({ applied: false, reason: 'lease_lost' });
+  expect(await completer.complete(job!.id, job!.leaseToken)).toEqual({ ok: false, reason: 'lease_lost' });
   const fail = await store.fail(fx.pool, { id: job!.id, owner: 'worker-g', token: job!.leaseToken, dead: false, delayMs: 0, code: 'X', message: 'late' });
   expect(fail).toEqual({ ok: false, reason: 'lease_lost' });
   const events = (await fx.pool.query(`SELECT kind, error_code FROM pgqueue.job_events WHERE job_id = $1 ORDER BY id`, [job!.id])).rows;
@@ -162,7 +162,7 @@ test('D15: a retried completion write counts as applied only when it is known to
     'pgqueue:wake',
     retrying,
   );
-  expect(await afterCommit.complete(committed!.id, committed!.leaseToken)).toEqual({ applied: true });
+  expect(await afterCommit.complete(committed!.id, committed!.leaseToken)).toEqual({ ok: true });
   const afterDeath = new Completer(
     lossy(async () => {
       await expireLease(fx.pool, killed!.id);
@@ -173,7 +173,7 @@ test('D15: a retried completion write counts as applied only when it is known to
     'pgqueue:wake',
     retrying,
   );
-  expect(await afterDeath.complete(killed!.id, killed!.leaseToken)).toEqual({ applied: false, reason: 'lease_lost' });
+  expect(await afterDeath.complete(killed!.id, killed!.leaseToken)).toEqual({ ok: false, reason: 'lease_lost' });
   expect((await fx.pool.query(`SELECT status::text FROM pgqueue.jobs WHERE id = $1`, [killed!.id])).rows).toEqual([{ status: 'dead' }]);
 });
 

@@ -18,7 +18,7 @@ import { execute, sendText, statementContext, STATEMENT_TIMEOUT_DEFAULT_MS, type
 
 export type { Queryable, Statement, StatementText, StoreOptions, TransactionOptions } from './statement.js';
 export { CLIENT_TIMEOUT_SLACK_MS, STATEMENT_TIMEOUT_DEFAULT_MS, transaction } from './statement.js';
-export { decodeLoss, LOSS_CODES, type FencedOutcome, type FenceParams, type FenceState, type LossCode } from './fence.js';
+export { decodeLoss, lost, LOSS_CODES, type FencedOutcome, type FenceParams, type FenceState, type LossCode } from './fence.js';
 export type { KeyRelease, CompletionRow } from './finish.js';
 export type { ClaimedJob, ClaimParams, Renewal } from './claim.js';
 export type { EnqueueRow } from './enqueue.js';

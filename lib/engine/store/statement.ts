@@ -14,13 +14,9 @@ import { isConnectionError, isPreparedStatementNameRefused } from '../pg-errors.
  * connections, so a name prepared on one is unknown on the next (and already taken on another).
  */
 
-/**
- * Anything that runs a query: the engine's pool, or a caller's client inside their own
- * transaction (a `pg.PoolClient` or `pg.Client`).
- */
-export interface Queryable {
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(config: pg.QueryConfig): Promise<pg.QueryResult<R>>;
-}
+// Anything that runs a query (the pool, a caller's client): a job and handler type (ctx.complete's `tx`).
+import type { Queryable } from '../types.js';
+export type { Queryable };
 
 /** What is sent: the statement's name and text, and how it is sent. */
 export interface StatementText {
