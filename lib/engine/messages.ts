@@ -96,3 +96,116 @@ export const COMPLETION_NOT_COMMITTED = (jobId: string) =>
 export const SIGNAL_IGNORED = (jobId: string, queue: string, code: string) => `Job ${jobId} (queue "${queue}") ignored its aborted signal (${code}); its slot is freed.`;
 
 export const HANDLER_DID_NOT_SETTLE = () => 'the handler did not settle after its signal was aborted';
+
+// ---------------------------------------------------------------------------------------------
+// The facade (pg-queue.ts)
+
+export const QUEUE_NAME_INVALID = (queue: unknown) => `${JSON.stringify(String(queue).slice(0, 80))} is not a valid queue name`;
+
+export const QUEUE_NAME_FIX = () => 'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.';
+
+export const HANDLER_TWICE = (queue: string) => `queue "${queue}" already has a handler in this process`;
+
+export const HANDLER_AFTER_START = (queue: string) => `"${queue}" was registered after start()`;
+
+export const STARTED_TWICE = (state: string) => `the queue is ${state}`;
+
+export const PREPARED_STATEMENT_REFUSED = (reason: string) =>
+  `The server refused one of the queue's prepared statements (${reason}): its connections are most likely shared by a pooler in transaction mode (PgBouncer pool_mode = transaction), where each statement may run on another server connection. ` +
+  'Set preparedStatements: false (and listenConnectionString to a direct connection for LISTEN). Until then statements of the queue fail at random.';
+
+export const COMPLETIONS_UNWRITTEN = (timeoutMs: number) => `Completions still unwritten ${timeoutMs} ms into shutdown; the reaper will recover those jobs.`;
+
+export const POOL_NOT_CLOSED = (timeoutMs: number) => `The pool did not close within ${timeoutMs} ms (a connection is stuck); giving up on it.`;
+
+export const METRICS_NO_ANSWER = (timeoutMs: number) => `no answer within ${timeoutMs} ms`;
+
+export const METRICS_DATABASE_BACK = () => 'Metrics: the database answers again; /metrics has its gauges back.';
+
+export const METRICS_SNAPSHOT_FAILED = (problem: string) =>
+  `Metrics: the database snapshot failed (${problem}); /metrics leaves out the database's gauges and reads pgqueue_database_up 0 until it answers.`;
+
+/** `described` values below are config.ts's describe() of what was given (never a payload). */
+export const JOBS_NOT_AN_ARRAY = () => 'enqueueMany expects an array of { queue, payload, options }.';
+
+export const QUEUE_NOT_DECLARED_FOR_ENQUEUE = (queue: string) =>
+  `Queue "${queue}" is not declared. Check the name, or declare it (a handler for it declares it when its worker starts; producers can declare it with declareQueues()). Nothing was enqueued.`;
+
+export const JOB_NOT_AN_OBJECT = (where: string, described: string) => `${where} must be an object { queue, payload, options }, not ${described}.`;
+
+export const JOB_QUEUE_NAME_INVALID = (where: string, described: string) =>
+  `${where}: queue name ${described} is not valid. Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.`;
+
+export const JOB_OPTIONS_NOT_AN_OBJECT = (where: string, described: string) => `${where}: options must be an object, not ${described}.`;
+
+export const JOB_OPTION_INVALID = (where: string, option: string, described: string, expected: string) =>
+  `${where}: option "${option}" is ${described}; it must be ${expected}. Nothing was enqueued.`;
+
+// ---------------------------------------------------------------------------------------------
+// Migrations (migrator.ts). `schema` is the validated schema name.
+
+export const MIGRATION_PENDING = (schema: string, names: readonly string[]) =>
+  `Schema ${JSON.stringify(schema)} has ${names.length} pending migration(s): ${names.join(', ')}. ` +
+  'Migration mode is "verify", so nothing was applied: apply them (run once with mode "auto", ' +
+  'or your deploy step that migrates) before starting this version.';
+
+export const MIGRATIONS_DIR_UNREADABLE = (dir: string, reason: string) => `cannot read directory ${JSON.stringify(dir)} (${reason})`;
+
+export const MIGRATION_FILE_NAME_INVALID = (name: string, dir: string) => `${JSON.stringify(name)} in ${JSON.stringify(dir)} is not named NNNN_name.sql`;
+
+export const MIGRATION_NUMBER_TAKEN = (other: string, name: string, dir: string) =>
+  `${JSON.stringify(other)} and ${JSON.stringify(name)} in ${JSON.stringify(dir)} have the same number`;
+
+export const MIGRATION_DIRECTIVE_UNKNOWN = (name: string, line: string, directive: string) =>
+  `Migration ${name} has an unknown directive ${JSON.stringify(line)}. ` + `The only directive is "-- pg-queue: ${directive}"; fix or remove the line.`;
+
+export const MIGRATE_OPTIONS_NOT_AN_OBJECT = (type: string) => `${type} is not an options object`;
+
+export const MIGRATION_MODE_UNKNOWN = (mode: unknown) => `${JSON.stringify(String(mode).slice(0, 80))} is not a migration mode`;
+
+export const MIGRATION_INCOMPATIBLE = (schema: string, names: readonly string[]) =>
+  `Schema ${JSON.stringify(schema)} was migrated by a newer nestjs-pg-queue: its migration ${names.join(', ')} ` +
+  'is marked incompatible with older versions, and this version does not know it. ' +
+  'Upgrade nestjs-pg-queue in this application to the version that added it (or later).';
+
+export const MIGRATION_EDITED = (name: string, schema: string, appliedChecksum: string, fileChecksum: string) =>
+  `Migration ${name} was applied to schema ${JSON.stringify(schema)} with checksum ${appliedChecksum.slice(0, 12)}…, ` +
+  `but the file now has checksum ${fileChecksum.slice(0, 12)}…: it was edited after it was applied. ` +
+  'Applied migrations must never be edited: restore the file and add a new migration file with the change instead.';
+
+export const MIGRATIONS_NEWER_COMPATIBLE = (schema: string, names: readonly string[]) =>
+  `Schema ${JSON.stringify(schema)} has migration(s) this version of nestjs-pg-queue does not know: ${names.join(', ')}. ` +
+  'They are marked compatible with older versions, so this process starts (a rolling deploy); upgrade it when you can.';
+
+export const MIGRATION_FILE_FAILED = (name: string, schema: string, where: string, reason: string) =>
+  `Migration ${name} failed in schema ${JSON.stringify(schema)}${where}: ${reason}. ` +
+  'Its transaction was rolled back, so nothing from this file was applied; fix the file (it was never applied, so editing it is safe) and start again.';
+
+export const MIGRATION_NOT_APPLIED = (name: string, schema: string, reason: string) =>
+  `Migration ${name} could not be applied to schema ${JSON.stringify(schema)}: ${reason}. ` +
+  'Nothing from this file was applied. Check that the database user may create the schema (or that it exists) and create tables in it.';
+
+// ---------------------------------------------------------------------------------------------
+// The LISTEN connection (notifier.ts)
+
+export const LISTENER_PING_FAILED = (reason: string) => `it did not answer a query: ${reason}`;
+
+export const LISTENER_PROBE_UNHEARD = (timeoutMs: number) => `its probe NOTIFY (sent through the pool) was not heard within ${timeoutMs} ms`;
+
+export const LISTENER_LOST = (reason: string | undefined, reconnectMs: number) =>
+  `Listener connection lost${reason ? ` (${reason})` : ''}; reconnecting in ${reconnectMs} ms. Workers keep polling meanwhile.`;
+
+export const LISTENER_DEAF = (attempts: number) =>
+  `The listener connected and LISTENed ${attempts} times in a row but never heard its probe NOTIFY, which the pool sent: its connection does not receive notifications, as through PgBouncer in transaction mode. ` +
+  'Point listenConnectionString at a direct (session) connection to PostgreSQL. Until then workers find jobs only by polling, and cancels reach running handlers only at their next heartbeat.';
+
+// ---------------------------------------------------------------------------------------------
+// The library's own faults (errors.ts InternalError, store/statement.ts) and the test signals
+
+export const INTERNAL_ERROR = (problem: string) =>
+  `nestjs-pg-queue broke one of its own rules: ${problem}. This is a bug of the library, not of your code or data: please report it with this message.`;
+
+export const STATEMENT_NAME_TOO_LONG = (name: string, max: number) => `statement name "${name}" is longer than ${max} characters`;
+
+export const TEST_SIGNAL_TIMEOUT = (name: string, timeoutMs: number, seen: number, kept: number, dropped: number) =>
+  `Test signal "${name}": no matching value within ${timeoutMs} ms (${seen} signalled, ${kept} kept unread${dropped > 0 ? `; ${dropped} older value(s) were dropped unread` : ''}).`;

@@ -38,6 +38,20 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { InvalidOptionError, MigrationError } from './errors.js';
 import { DEFAULT_SCHEMA, validateSchemaName } from './identifiers.js';
+import {
+  MIGRATE_OPTIONS_NOT_AN_OBJECT,
+  MIGRATION_DIRECTIVE_UNKNOWN,
+  MIGRATION_EDITED,
+  MIGRATION_FILE_FAILED,
+  MIGRATION_FILE_NAME_INVALID,
+  MIGRATION_INCOMPATIBLE,
+  MIGRATION_MODE_UNKNOWN,
+  MIGRATION_NOT_APPLIED,
+  MIGRATION_NUMBER_TAKEN,
+  MIGRATION_PENDING,
+  MIGRATIONS_DIR_UNREADABLE,
+  MIGRATIONS_NEWER_COMPATIBLE,
+} from './messages.js';
 import { isConnectionError } from './pg-errors.js';
 import * as store from './store/migrations.js';
 
@@ -129,12 +143,7 @@ export async function migrate(db: MigrationTarget, options: MigrateOptions = {})
     if (mode === 'verify') {
       if (plan.pending.length > 0) {
         const names = plan.pending.map((file) => file.name);
-        throw new MigrationError(
-          'MIGRATION_PENDING',
-          `Schema ${JSON.stringify(schema)} has ${names.length} pending migration(s): ${names.join(', ')}. ` +
-            'Migration mode is "verify", so nothing was applied: apply them (run once with mode "auto", ' +
-            'or your deploy step that migrates) before starting this version.',
-        );
+        throw new MigrationError('MIGRATION_PENDING', MIGRATION_PENDING(schema, names));
       }
       return report;
     }
@@ -169,7 +178,7 @@ export async function loadMigrations(dir: string = MIGRATIONS_DIR): Promise<Migr
   try {
     entries = await readdir(dir);
   } catch (error) {
-    throw new InvalidOptionError('migrationsDir', `cannot read directory ${JSON.stringify(dir)} (${(error as Error).message})`, 'Pass a directory of NNNN_name.sql files.');
+    throw new InvalidOptionError('migrationsDir', MIGRATIONS_DIR_UNREADABLE(dir, (error as Error).message), 'Pass a directory of NNNN_name.sql files.');
   }
   const names = entries.filter((entry) => entry.endsWith('.sql')).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
   const byNumber = new Map<string, string>();
@@ -178,7 +187,7 @@ export async function loadMigrations(dir: string = MIGRATIONS_DIR): Promise<Migr
     if (!match) {
       throw new InvalidOptionError(
         'migrationsDir',
-        `${JSON.stringify(name)} in ${JSON.stringify(dir)} is not named NNNN_name.sql`,
+        MIGRATION_FILE_NAME_INVALID(name, dir),
         'Name migration files with a four-digit number and a lower-case name, for example 0002_add_index.sql.',
       );
     }
@@ -186,7 +195,7 @@ export async function loadMigrations(dir: string = MIGRATIONS_DIR): Promise<Migr
     if (other !== undefined) {
       throw new InvalidOptionError(
         'migrationsDir',
-        `${JSON.stringify(other)} and ${JSON.stringify(name)} in ${JSON.stringify(dir)} have the same number`,
+        MIGRATION_NUMBER_TAKEN(other, name, dir),
         'Give the one that has not been released yet the next free number.',
       );
     }
@@ -213,11 +222,7 @@ function isCompatible(name: string, sql: string): boolean {
     const directive = DIRECTIVE.exec(line);
     if (!directive) continue;
     if (directive[1] !== INCOMPATIBLE_DIRECTIVE) {
-      throw new MigrationError(
-        'MIGRATION_FAILED',
-        `Migration ${name} has an unknown directive ${JSON.stringify(line)}. ` +
-          `The only directive is "-- pg-queue: ${INCOMPATIBLE_DIRECTIVE}"; fix or remove the line.`,
-      );
+      throw new MigrationError('MIGRATION_FAILED', MIGRATION_DIRECTIVE_UNKNOWN(name, line, INCOMPATIBLE_DIRECTIVE));
     }
     compatible = false;
   }
@@ -233,11 +238,11 @@ interface CheckedOptions {
 
 function checkOptions(options: MigrateOptions): CheckedOptions {
   if (typeof options !== 'object' || options === null) {
-    throw new InvalidOptionError('options', `${typeof options} is not an options object`, 'Pass an object such as { schema: "pgqueue", mode: "auto" }.');
+    throw new InvalidOptionError('options', MIGRATE_OPTIONS_NOT_AN_OBJECT(typeof options), 'Pass an object such as { schema: "pgqueue", mode: "auto" }.');
   }
   const mode = options.mode ?? MIGRATION_MODE_DEFAULT;
   if (!MIGRATION_MODES.includes(mode)) {
-    throw new InvalidOptionError('mode', `${JSON.stringify(String(mode).slice(0, 80))} is not a migration mode`, 'Use "auto", "verify" or "off".');
+    throw new InvalidOptionError('mode', MIGRATION_MODE_UNKNOWN(mode), 'Use "auto", "verify" or "off".');
   }
   const schema = validateSchemaName(options.schema ?? DEFAULT_SCHEMA);
   const migrationsDir = options.migrationsDir ?? MIGRATIONS_DIR;
@@ -303,22 +308,12 @@ function planMigrations(schema: string, files: readonly MigrationFile[], applied
   const unknown = [...applied.values()].filter((row) => !local.has(row.name));
   const incompatible = unknown.filter((row) => !row.compatible).map((row) => row.name);
   if (incompatible.length > 0) {
-    throw new MigrationError(
-      'MIGRATION_INCOMPATIBLE',
-      `Schema ${JSON.stringify(schema)} was migrated by a newer nestjs-pg-queue: its migration ${incompatible.join(', ')} ` +
-        'is marked incompatible with older versions, and this version does not know it. ' +
-        'Upgrade nestjs-pg-queue in this application to the version that added it (or later).',
-    );
+    throw new MigrationError('MIGRATION_INCOMPATIBLE', MIGRATION_INCOMPATIBLE(schema, incompatible));
   }
   for (const file of files) {
     const row = applied.get(file.name);
     if (row && row.checksum !== file.checksum) {
-      throw new MigrationError(
-        'MIGRATION_EDITED',
-        `Migration ${file.name} was applied to schema ${JSON.stringify(schema)} with checksum ${row.checksum.slice(0, 12)}…, ` +
-          `but the file now has checksum ${file.checksum.slice(0, 12)}…: it was edited after it was applied. ` +
-          'Applied migrations must never be edited: restore the file and add a new migration file with the change instead.',
-      );
+      throw new MigrationError('MIGRATION_EDITED', MIGRATION_EDITED(file.name, schema, row.checksum, file.checksum));
     }
   }
   return {
@@ -330,10 +325,7 @@ function planMigrations(schema: string, files: readonly MigrationFile[], applied
 
 function warnNewer(logger: MigrationLogger | undefined, schema: string, names: readonly string[]): void {
   if (names.length === 0) return;
-  logger?.warn(
-    `Schema ${JSON.stringify(schema)} has migration(s) this version of nestjs-pg-queue does not know: ${names.join(', ')}. ` +
-      'They are marked compatible with older versions, so this process starts (a rolling deploy); upgrade it when you can.',
-  );
+  logger?.warn(MIGRATIONS_NEWER_COMPATIBLE(schema, names));
 }
 
 /** The 64-bit `pg_advisory_xact_lock` key the migrator takes for `schema`: the same in every process. */
@@ -384,17 +376,7 @@ function failure(schema: string, file: MigrationFile, step: 'bookkeeping' | 'fil
   if (step === 'file') {
     const position = Number((error as { position?: unknown }).position);
     const where = Number.isInteger(position) && position > 0 ? ` at line ${file.sql.slice(0, position - 1).split('\n').length}` : '';
-    return new MigrationError(
-      'MIGRATION_FAILED',
-      `Migration ${file.name} failed in schema ${JSON.stringify(schema)}${where}: ${message}. ` +
-        'Its transaction was rolled back, so nothing from this file was applied; fix the file (it was never applied, so editing it is safe) and start again.',
-      { cause: error },
-    );
+    return new MigrationError('MIGRATION_FAILED', MIGRATION_FILE_FAILED(file.name, schema, where, message), { cause: error });
   }
-  return new MigrationError(
-    'MIGRATION_FAILED',
-    `Migration ${file.name} could not be applied to schema ${JSON.stringify(schema)}: ${message}. ` +
-      'Nothing from this file was applied. Check that the database user may create the schema (or that it exists) and create tables in it.',
-    { cause: error },
-  );
+  return new MigrationError('MIGRATION_FAILED', MIGRATION_NOT_APPLIED(file.name, schema, message), { cause: error });
 }

@@ -4,6 +4,7 @@ import { requireInteger, resolveSection, section, TIMER_MAX_MS, timerMs } from '
 import { listen, ping } from './store/listener.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
+import { LISTENER_DEAF, LISTENER_LOST, LISTENER_PING_FAILED, LISTENER_PROBE_UNHEARD } from './messages.js';
 import type { MaintenanceService } from './maintenance/service.js';
 import type { NotifierTestSignals } from './test-signals.js';
 
@@ -214,7 +215,7 @@ export class Notifier implements MaintenanceService {
       this.sendProbeOn(client);
       // The listener's own connection answers too, so a half-open socket is found even while the
       // pool cannot send (then the probe proves nothing).
-      ping(client).catch((error: Error) => this.lost(client, 'dropped', `it did not answer a query: ${error.message}`, sentAt));
+      ping(client).catch((error: Error) => this.lost(client, 'dropped', LISTENER_PING_FAILED(error.message), sentAt));
     }, this.config.probeIntervalMs);
     this.probeTimer.unref();
   }
@@ -248,7 +249,7 @@ export class Notifier implements MaintenanceService {
     }
     // A NOTIFY that committed in time and is still not heard: this session does not receive what
     // producers send (a half-open socket, or LISTEN through a transaction pooler).
-    this.lost(client, 'deaf', `its probe NOTIFY (sent through the pool) was not heard within ${this.config.probeTimeoutMs} ms`, probe.sentAt);
+    this.lost(client, 'deaf', LISTENER_PROBE_UNHEARD(this.config.probeTimeoutMs), probe.sentAt);
   }
 
   /**
@@ -287,18 +288,10 @@ export class Notifier implements MaintenanceService {
     // Once the deaf session has been explained, its every reconnect is no news: logged, not warned.
     // Bounded: during an outage it fails at every step of its backoff.
     const level = why === 'deaf' && this.warnedDeaf ? 'log' : 'warn';
-    this.failures.failed(
-      LISTENER,
-      reason ?? 'it ended',
-      level,
-      `Listener connection lost${reason ? ` (${reason})` : ''}; reconnecting in ${this.reconnectDelayMs} ms. Workers keep polling meanwhile.`,
-    );
+    this.failures.failed(LISTENER, reason ?? 'it ended', level, LISTENER_LOST(reason, this.reconnectDelayMs));
     if (this.deafAttempts >= DEAF_ATTEMPTS_BEFORE_WARNING && !this.warnedDeaf) {
       this.warnedDeaf = true;
-      this.logger.warn(
-        `The listener connected and LISTENed ${this.deafAttempts} times in a row but never heard its probe NOTIFY, which the pool sent: its connection does not receive notifications, as through PgBouncer in transaction mode. ` +
-          'Point listenConnectionString at a direct (session) connection to PostgreSQL. Until then workers find jobs only by polling, and cancels reach running handlers only at their next heartbeat.',
-      );
+      this.logger.warn(LISTENER_DEAF(this.deafAttempts));
     }
     this.reconnectTimer = setTimeout(() => void this.connect(), this.reconnectDelayMs);
     this.reconnectTimer.unref();

@@ -25,7 +25,20 @@ import { Scheduler } from './maintenance/scheduler.js';
 import { Maintainer } from './maintenance/maintainer.js';
 import type { HostablePass } from './maintenance/service.js';
 import { ENGINE_INTERNALS, type EngineInternals } from './internals.js';
-import { JOB_EVENT_LISTENER_FAILED } from './messages.js';
+import {
+  COMPLETIONS_UNWRITTEN,
+  HANDLER_AFTER_START,
+  HANDLER_TWICE,
+  JOB_EVENT_LISTENER_FAILED,
+  METRICS_DATABASE_BACK,
+  METRICS_NO_ANSWER,
+  METRICS_SNAPSHOT_FAILED,
+  POOL_NOT_CLOSED,
+  PREPARED_STATEMENT_REFUSED,
+  QUEUE_NAME_FIX,
+  QUEUE_NAME_INVALID,
+  STARTED_TWICE,
+} from './messages.js';
 import { settlesWithin } from './settles-within.js';
 import { createStore, type Store } from './store/index.js';
 import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
@@ -173,10 +186,7 @@ export class PgQueue {
       nameRefused: (error) => {
         if (toldNameRefused) return;
         toldNameRefused = true;
-        this.logger.warn(
-          `The server refused one of the queue's prepared statements (${error.message}): its connections are most likely shared by a pooler in transaction mode (PgBouncer pool_mode = transaction), where each statement may run on another server connection. ` +
-            'Set preparedStatements: false (and listenConnectionString to a direct connection for LISTEN). Until then statements of the queue fail at random.',
-        );
+        this.logger.warn(PREPARED_STATEMENT_REFUSED(error.message));
       },
     });
     const channel = wakeChannel(this.schema);
@@ -216,7 +226,7 @@ export class PgQueue {
     return this.call(async () => {
       for (const queue of queues) {
         if (!isQueueName(queue)) {
-          throw new InvalidOptionError('queue', `${JSON.stringify(String(queue).slice(0, 80))} is not a valid queue name`, 'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.');
+          throw new InvalidOptionError('queue', QUEUE_NAME_INVALID(queue), QUEUE_NAME_FIX());
         }
       }
       if (queues.length === 0) return;
@@ -228,20 +238,20 @@ export class PgQueue {
   /** Registers the handler of a queue (one per queue per process). Call before `start()`. */
   work<T>(queue: string, handler: JobHandlerFn<T>, options?: Partial<HandlerOptions>, hooks: WorkerHooks = {}): void {
     if (!isQueueName(queue)) {
-      throw new InvalidOptionError('queue', `${JSON.stringify(String(queue).slice(0, 80))} is not a valid queue name`, 'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.');
+      throw new InvalidOptionError('queue', QUEUE_NAME_INVALID(queue), QUEUE_NAME_FIX());
     }
     if (typeof handler !== 'function') throw new InvalidOptionError(`${queue}.handler`, 'it is not a function', 'Pass (job, ctx) => Promise.');
     if (this.handlers.has(queue)) {
-      throw new InvalidOptionError('queue', `queue "${queue}" already has a handler in this process`, 'Register one handler per queue.');
+      throw new InvalidOptionError('queue', HANDLER_TWICE(queue), 'Register one handler per queue.');
     }
-    if (this.state !== 'new') throw new InvalidOptionError('queue', `"${queue}" was registered after start()`, 'Register handlers before start().');
+    if (this.state !== 'new') throw new InvalidOptionError('queue', HANDLER_AFTER_START(queue), 'Register handlers before start().');
     this.handlers.set(queue, { handler: handler as JobHandlerFn<never>, options: resolveHandlerOptions(queue, options, this.handlerDefaults), hooks });
   }
 
   /** Migrates (per mode), declares the handlers' queues, and starts the services. */
   start(options: StartOptions = {}): Promise<void> {
     return this.call(async () => {
-      if (this.state !== 'new') throw new InvalidOptionError('start', `the queue is ${this.state}`, 'Create a new PgQueue to start again.');
+      if (this.state !== 'new') throw new InvalidOptionError('start', STARTED_TWICE(this.state), 'Create a new PgQueue to start again.');
       this.state = 'started';
       await this.migrate();
       const withWorkers = options.workers ?? true;
@@ -310,7 +320,7 @@ export class PgQueue {
       for (const off of this.unsubscribe.splice(0)) off();
       await Promise.all([...this.workers.values()].map((w) => w.stop(timeoutMs)));
       if (!(await settlesWithin(this.completer.drained(), timeoutMs))) {
-        this.logger.warn(`Completions still unwritten ${timeoutMs} ms into shutdown; the reaper will recover those jobs.`);
+        this.logger.warn(COMPLETIONS_UNWRITTEN(timeoutMs));
       }
       await this.maintainer.stop();
     }
@@ -318,7 +328,7 @@ export class PgQueue {
     this.failures.flush();
     // pool.end() waits for every checked-out connection; one stuck on a dead network would hang it.
     if (this.ownsPool && !(await settlesWithin(this.pool.end(), timeoutMs))) {
-      this.logger.warn(`The pool did not close within ${timeoutMs} ms (a connection is stuck); giving up on it.`);
+      this.logger.warn(POOL_NOT_CLOSED(timeoutMs));
     }
   }
 
@@ -575,16 +585,16 @@ export class PgQueue {
         (stats) => ({ stats }),
         (error: unknown) => ({ problem: (error as Error).message }),
       ),
-      new Promise<{ problem: string }>((resolve) => (timer = setTimeout(() => resolve({ problem: `no answer within ${timeoutMs} ms` }), timeoutMs))),
+      new Promise<{ problem: string }>((resolve) => (timer = setTimeout(() => resolve({ problem: METRICS_NO_ANSWER(timeoutMs) }), timeoutMs))),
     ]).finally(() => clearTimeout(timer));
     if (this.scrapeRead === read) this.scrapeRead = undefined;
     if ('stats' in outcome) {
-      if (!this.scrapeAnswered) this.logger.log('Metrics: the database answers again; /metrics has its gauges back.');
+      if (!this.scrapeAnswered) this.logger.log(METRICS_DATABASE_BACK());
       this.scrapeAnswered = true;
       return renderPrometheus(this.metrics, outcome.stats);
     }
     if (this.scrapeAnswered) {
-      this.logger.warn(`Metrics: the database snapshot failed (${outcome.problem}); /metrics leaves out the database's gauges and reads pgqueue_database_up 0 until it answers.`);
+      this.logger.warn(METRICS_SNAPSHOT_FAILED(outcome.problem));
     }
     this.scrapeAnswered = false;
     return renderPrometheus(this.metrics, this.processStats());

@@ -3,6 +3,7 @@ import type { Queryable } from './db.js';
 import { InvalidJobError } from './errors.js';
 import { isQueueName } from './identifiers.js';
 import { payloadJson } from './json.js';
+import { JOB_NOT_AN_OBJECT, JOB_OPTION_INVALID, JOB_OPTIONS_NOT_AN_OBJECT, JOB_QUEUE_NAME_INVALID, JOBS_NOT_AN_ARRAY, QUEUE_NOT_DECLARED_FOR_ENQUEUE } from './messages.js';
 import type { EnqueueRow, Store } from './store/index.js';
 import { captureTraceContext } from './tracing.js';
 
@@ -64,16 +65,13 @@ export class Producer {
   constructor(private readonly deps: ProducerDeps) {}
 
   async enqueueMany(jobs: readonly JobToEnqueue[], call: EnqueueCallOptions = {}): Promise<string[]> {
-    if (!Array.isArray(jobs)) throw new InvalidJobError('INVALID_JOB_OPTION', 'enqueueMany expects an array of { queue, payload, options }.');
+    if (!Array.isArray(jobs)) throw new InvalidJobError('INVALID_JOB_OPTION', JOBS_NOT_AN_ARRAY());
     if (jobs.length === 0) return [];
     const rows: EnqueueRow[] = [];
     for (const [index, job] of jobs.entries()) rows.push(this.toRow(job, jobs.length > 1 ? `jobs[${index}]` : 'job'));
     for (const queue of new Set(rows.map((r) => r.q))) {
       if (!(await this.deps.isKnownQueue(queue, call.client ?? this.deps.db))) {
-        throw new InvalidJobError(
-          'UNKNOWN_QUEUE',
-          `Queue "${queue}" is not declared. Check the name, or declare it (a handler for it declares it when its worker starts; producers can declare it with declareQueues()). Nothing was enqueued.`,
-        );
+        throw new InvalidJobError('UNKNOWN_QUEUE', QUEUE_NOT_DECLARED_FOR_ENQUEUE(queue));
       }
     }
     return this.deps.store.enqueue(call.client ?? this.deps.db, { jobs: rows, channel: this.deps.channel, schedulerTopic: this.deps.schedulerTopic });
@@ -81,22 +79,19 @@ export class Producer {
 
   private toRow(job: JobToEnqueue, where: string): EnqueueRow {
     if (job === null || typeof job !== 'object') {
-      throw new InvalidJobError('INVALID_JOB_OPTION', `${where} must be an object { queue, payload, options }, not ${describe(job)}.`);
+      throw new InvalidJobError('INVALID_JOB_OPTION', JOB_NOT_AN_OBJECT(where, describe(job)));
     }
     const { queue, payload, options = {} } = job;
     if (!isQueueName(queue)) {
-      throw new InvalidJobError(
-        'INVALID_QUEUE_NAME',
-        `${where}: queue name ${describe(queue)} is not valid. Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.`,
-      );
+      throw new InvalidJobError('INVALID_QUEUE_NAME', JOB_QUEUE_NAME_INVALID(where, describe(queue)));
     }
     const json = payloadJson(payload, `${where} (queue "${queue}")`, this.deps.maxPayloadBytes);
     if (options === null || typeof options !== 'object') {
-      throw new InvalidJobError('INVALID_JOB_OPTION', `${where}: options must be an object, not ${describe(options)}.`);
+      throw new InvalidJobError('INVALID_JOB_OPTION', JOB_OPTIONS_NOT_AN_OBJECT(where, describe(options)));
     }
     const { priority = 0, runAt, delayMs, maxAttempts, maxRuntimeMs, orderingKey } = options;
     const bad = (option: string, value: unknown, expected: string) =>
-      new InvalidJobError('INVALID_JOB_OPTION', `${where}: option "${option}" is ${describe(value)}; it must be ${expected}. Nothing was enqueued.`);
+      new InvalidJobError('INVALID_JOB_OPTION', JOB_OPTION_INVALID(where, option, describe(value), expected));
     if (!Number.isInteger(priority) || priority < PRIORITY_MIN || priority > PRIORITY_MAX) {
       throw bad('priority', priority, `an integer from ${PRIORITY_MIN} to ${PRIORITY_MAX}`);
     }
