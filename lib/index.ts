@@ -41,6 +41,7 @@ export {
   JobStateError,
   DatabaseUnavailableError,
   DatabaseTimeoutError,
+  InternalError,
   type Job,
   type JobContext,
   type JobStatus,

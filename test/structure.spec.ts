@@ -89,6 +89,47 @@ test('the store holds the SQL: every statement it defines is found by the detect
 });
 
 // ---------------------------------------------------------------------------------------------
+// Errors with codes
+
+/** JavaScript's own error classes: what they build has no `code` and no fix. */
+const BARE_ERRORS = new Set(['Error', 'TypeError', 'RangeError', 'SyntaxError', 'ReferenceError', 'EvalError', 'URIError', 'AggregateError']);
+
+/**
+ * Every error lib/ builds is a PgQueueError subclass with a code (and a message with its fix):
+ * the places that build a bare `new Error(…)` (or call `Error(…)`), thrown or rejected or
+ * passed on, as "file:line: Error".
+ */
+export function bareErrorsOf(fileName: string, text: string): string[] {
+  const source = ts.createSourceFile(fileName, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+  const found: string[] = [];
+  const visit = (node: ts.Node): void => {
+    if ((ts.isNewExpression(node) || ts.isCallExpression(node)) && ts.isIdentifier(node.expression) && BARE_ERRORS.has(node.expression.text)) {
+      found.push(`${fileName}:${source.getLineAndCharacterOfPosition(node.getStart()).line + 1}: ${node.expression.text}`);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return found;
+}
+
+test('no error in lib/ is a bare Error: each is a PgQueueError subclass with a code', () => {
+  const bare = sourceFiles(LIB).flatMap((path) => bareErrorsOf(relative(ROOT, path), readFileSync(path, 'utf8')));
+  expect(bare).toEqual([]);
+});
+
+test('the bare-error detector finds new Error, Error() and TypeError, thrown or not, and not a subclass or a comment', () => {
+  const sample = [
+    "throw new Error('a');",
+    'reject(new TypeError(`b`));',
+    "const e = Error('c');",
+    "throw new InvalidOptionError('x', 'y', 'z');",
+    '// throw new Error("in a comment")',
+    "class Wrapped extends Error {}",
+  ].join('\n');
+  expect(bareErrorsOf('sample.ts', sample)).toEqual(['sample.ts:1: Error', 'sample.ts:2: TypeError', 'sample.ts:3: Error']);
+});
+
+// ---------------------------------------------------------------------------------------------
 // The layers
 /**
  * The layers, as the import graph has them (issue 13): no import circle anywhere in lib/; the

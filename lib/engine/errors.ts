@@ -1,3 +1,5 @@
+import { INTERNAL_ERROR } from './messages.js';
+
 /**
  * Every error the queue raises has a stable `code` and a message that says what is wrong and
  * what to do about it. Handlers throw `PermanentJobError` or `RetryableJobError` to classify
@@ -174,6 +176,18 @@ export class JobStateError extends PgQueueError {
     message: string,
   ) {
     super(message);
+  }
+}
+
+/**
+ * nestjs-pg-queue broke one of its own rules (a statement defined under too long a name, …): a bug
+ * of this library, never of its caller's code or data. The message says what, and asks for a report.
+ */
+export class InternalError extends PgQueueError {
+  readonly code = 'INTERNAL_ERROR';
+
+  constructor(problem: string) {
+    super(INTERNAL_ERROR(problem));
   }
 }
 

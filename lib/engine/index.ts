@@ -69,6 +69,7 @@ export {
   JobStateError,
   DatabaseUnavailableError,
   DatabaseTimeoutError,
+  InternalError,
   FENCE_LOSS_REASONS,
   type FenceLossReason,
 } from './errors.js';
@@ -84,4 +85,11 @@ export { ENGINE_OPTIONS } from './options.js';
 export { isQueueName } from './identifiers.js';
 export { resolveHandlerOptions } from './worker.js';
 // For the project's own tests (lib/testing/test-signals.ts): the services' test signals.
-export { ENABLE_TEST_SIGNALS, TestSignal, TEST_SIGNAL_TIMEOUT_DEFAULT_MS, type AttemptOutcome, type EngineTestSignals } from './test-signals.js';
+export {
+  ENABLE_TEST_SIGNALS,
+  TestSignal,
+  TestSignalError,
+  TEST_SIGNAL_TIMEOUT_DEFAULT_MS,
+  type AttemptOutcome,
+  type EngineTestSignals,
+} from './test-signals.js';

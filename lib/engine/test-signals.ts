@@ -9,6 +9,23 @@
  * with `testSignals(engine)` from `lib/testing` (not part of the package's root exports).
  */
 
+import { PgQueueError } from './errors.js';
+import { TEST_SIGNAL_TIMEOUT } from './messages.js';
+
+/**
+ * A test's wait on a signal gave up: `TEST_SIGNAL_TIMEOUT`, nothing matching was signalled in time
+ * (the message names the signal and what it saw); `ENGINE_NOT_FOUND`, `testSignals(app)` was given
+ * an application without a PgQueue engine. For the project's own tests, like the signals.
+ */
+export class TestSignalError extends PgQueueError {
+  constructor(
+    readonly code: 'TEST_SIGNAL_TIMEOUT' | 'ENGINE_NOT_FOUND',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 /** How long a wait lasts when the test gives no timeout: long, since a noisy machine is slow, not wrong. */
 export const TEST_SIGNAL_TIMEOUT_DEFAULT_MS = 10_000;
 
@@ -72,8 +89,7 @@ export class TestSignal<T> {
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiters.delete(waiter);
-        const dropped = this.dropped > 0 ? `; ${this.dropped} older value(s) were dropped unread` : '';
-        reject(new Error(`Test signal "${this.name}": no matching value within ${timeoutMs} ms (${this.seen} signalled, ${this.kept.length} kept unread${dropped}).`));
+        reject(new TestSignalError('TEST_SIGNAL_TIMEOUT', TEST_SIGNAL_TIMEOUT(this.name, timeoutMs, this.seen, this.kept.length, this.dropped)));
       }, timeoutMs);
       const waiter: Waiter<T> = {
         match,

@@ -1,9 +1,9 @@
-import { ENABLE_TEST_SIGNALS, PgQueue, type EngineTestSignals } from '../engine/index.js';
+import { ENABLE_TEST_SIGNALS, PgQueue, TestSignalError, type EngineTestSignals } from '../engine/index.js';
 import { PG_QUEUE_ENGINE } from '../pg-queue.constants.js';
 import { ENGINE_NOT_FOUND } from '../pg-queue.messages.js';
 import type { ProviderSource } from './drain-queues.js';
 
-export { TestSignal, TEST_SIGNAL_TIMEOUT_DEFAULT_MS, type AttemptOutcome, type EngineTestSignals } from '../engine/index.js';
+export { TestSignal, TestSignalError, TEST_SIGNAL_TIMEOUT_DEFAULT_MS, type AttemptOutcome, type EngineTestSignals } from '../engine/index.js';
 
 /**
  * Turns on the test signals of an engine (or of the engine in a Nest application or TestingModule)
@@ -22,6 +22,6 @@ function resolveEngine(app: ProviderSource): PgQueue {
   try {
     return app.get<unknown, PgQueue>(PG_QUEUE_ENGINE, { strict: false });
   } catch {
-    throw new Error(ENGINE_NOT_FOUND('testSignals'));
+    throw new TestSignalError('ENGINE_NOT_FOUND', ENGINE_NOT_FOUND('testSignals'));
   }
 }

@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
+import { InternalError } from '../errors.js';
 import { quoteIdentifier, validateSchemaName } from '../identifiers.js';
+import { STATEMENT_NAME_TOO_LONG } from '../messages.js';
 import { isConnectionError, isPreparedStatementNameRefused } from '../pg-errors.js';
 
 /**
@@ -114,7 +116,7 @@ export function statementContext(schemaName: string, options: StoreOptions): Sta
     statementTimeoutMs: options.statementTimeoutMs,
     define(name, text, values, map, extra = {}) {
       // A programmer's error, caught by any test that creates the store.
-      if (name.length > STATEMENT_NAME_MAX) throw new Error(`statement name "${name}" is longer than ${STATEMENT_NAME_MAX} characters`);
+      if (name.length > STATEMENT_NAME_MAX) throw new InternalError(STATEMENT_NAME_TOO_LONG(name, STATEMENT_NAME_MAX));
       const planPerCall = extra.planPerCall === true || !named;
       return {
         name: `${prefix}${name}`,
