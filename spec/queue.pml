@@ -21,7 +21,8 @@
  * tells two of them apart: only the token does (the harder case; a second owner adds refusals).
  *
  * Mutants (each a defect of issue 11 put back): -DMUTANT_D9, -DMUTANT_D6, -DMUTANT_D3,
- * -DMUTANT_D16, -DMUTANT_NO_TOKEN. -DLIVENESS adds the "calm" phase the liveness property needs.
+ * -DMUTANT_D16, -DMUTANT_NO_TOKEN; and -DMUTANT_NO_END_EXPIRED_CANCELS, which the liveness
+ * property must catch. -DLIVENESS adds the "calm" phase the liveness property needs.
  */
 
 /* ---- bounds (scripts/verify.mjs sets them; these are the defaults) ---- */
@@ -272,6 +273,7 @@ inline forget(w) {
 
 active proctype Clock() {
   do
+  /* tick: the database clock advances */
   :: d_step {
 #ifdef LIVENESS
        !(calm && ANY_BUF) ->       /* once calm, a buffered job starts before its lease runs out */
@@ -293,7 +295,10 @@ active proctype Clock() {
 
 #ifdef LIVENESS
 #define CRASH_OK (!calm)
-active proctype Calm() { calm = true }
+active proctype Calm() {
+  /* calm: from here on, no crash, and no pause past a buffered job's lease */
+  atomic { calm = true }
+}
 #else
 #define CRASH_OK true
 #endif
@@ -338,7 +343,7 @@ end:
        :: else -> forget(w)
        fi
      }
-  /* bufferedExpiry: its lease ran out in the buffer: release, not started (the attempt given back) */
+  /* release (bufferedExpiry): its lease ran out in the buffer; not started, the attempt is given back */
   :: atomic {
        wpc[w] == BUF && WL(w) == 0 && !LOCKED(wj[w]) ->
        if
@@ -360,7 +365,7 @@ end:
        :: else -> wlost[w] = 1
        fi
      }
-  /* the handler settles after a refused heartbeat: nothing is written; a cancelled attempt is ended */
+  /* settle after a lost fence: the handler settles, nothing is written; a cancelled attempt is ended */
   :: atomic {
        wpc[w] == RUN && wlost[w] != 0 ->
        if
@@ -368,9 +373,9 @@ end:
        :: else -> forget(w)
        fi
      }
-  /* the handler succeeds: its completion goes to the completer (a batched complete-many) */
+  /* to the completer: the handler succeeded; its completion waits for a batched complete-many */
   :: atomic { wpc[w] == RUN && wlost[w] == 0 -> cq[w] = true; wpc[w] = WAITC }
-  /* the handler calls ctx.complete: BEGIN (the transaction's now() is frozen from here) */
+  /* BEGIN (ctx.complete): the handler opens the transaction; its now() is frozen from here */
   :: atomic {
        wpc[w] == RUN && wlost[w] == 0 ->
 #ifdef MUTANT_D6
@@ -378,7 +383,7 @@ end:
 #endif
        wpc[w] = TXOPEN
      }
-  /* the handler fails: fail, fenced; dead when permanent or out of attempts, else a retry */
+  /* fail: the handler failed; fenced; dead when permanent or out of attempts, else a retry */
   :: atomic {
        wpc[w] == RUN && wlost[w] == 0 && !LOCKED(wj[w]) ->
        j = wj[w];
@@ -399,7 +404,7 @@ end:
        fi;
        j = 0
      }
-  /* ctx.complete: lock-fence, the fence as a row lock (SKIP LOCKED: a held row is tried again) */
+  /* lock-fence (ctx.complete): the fence as a row lock (SKIP LOCKED: a held row is tried again) */
   :: atomic {
        wpc[w] == TXOPEN && !LOCKED(wj[w]) ->
        if
@@ -411,7 +416,7 @@ end:
        if :: wpc[w] != TXLOCKED -> txlive[w] = false :: else fi
 #endif
      }
-  /* ctx.complete: the handler's work is done; complete-many in the transaction, promote-key-heads, COMMIT */
+  /* complete-many + COMMIT (ctx.complete): the work is done; complete-many, promote-key-heads, COMMIT */
   :: atomic {
        wpc[w] == TXLOCKED ->
        if
@@ -423,7 +428,7 @@ end:
 #endif
        forget(w)
      }
-  /* the completer's answer: the outcome of this slot's own (id, token) */
+  /* outcome: the completer's answer for this slot's own (id, token) */
   :: atomic {
        wpc[w] == WAITC && cres[w] != 0 ->
        if
@@ -447,7 +452,7 @@ end:
        cexl[j] = 0;
        forget(w); j = 0
      }
-  /* crash (or a handler that never settles): everything this slot knew is gone */
+  /* crash: everything this slot knew is gone (also: a handler that never settles) */
   :: atomic {
        wpc[w] != IDLE && CRASH_OK ->     /* a ctx.complete transaction aborts: its row lock goes */
        cq[w] = false; cres[w] = 0;
@@ -464,6 +469,7 @@ active proctype Completer() {
   byte w, v, done;   /* done: the rows this complete-many updated, a bit per job */
 end:
   do
+  /* complete-many: the completions waiting now, each row fenced on its own */
   :: atomic {
        CQ_READY ->    /* the UPDATE waits for a row a ctx.complete transaction holds */
        /* the UPDATE: each row once, if an input (id, token) matches it and the fence holds */
@@ -522,6 +528,7 @@ active proctype Reaper() {
   byte j;
 end:
   do
+  /* reap-expired: expired leases go back to scheduled (backoff), or dead when out of attempts */
   :: atomic {
        ANYJ(EXPIRED) -> PICKJ(EXPIRED, j);
        if
@@ -534,11 +541,14 @@ end:
        settle_attempts(j);
        j = 0
      }
+#ifndef MUTANT_NO_END_EXPIRED_CANCELS
+  /* end-expired-cancels: a cancelled attempt whose lease ran out lets go of its key */
   :: atomic {
        ANYJ(CANCEL_EXPIRED) -> PICKJ(CANCEL_EXPIRED, j);
        clear_lease(j); release_key(j); promote_key_heads();
        j = 0
      }
+#endif
   od
 }
 
@@ -548,6 +558,7 @@ active proctype Scheduler() {
   byte j;
 end:
   do
+  /* promote-scheduled: due scheduled jobs become pending */
   :: atomic { ANYJ(DUE) -> PICKJ(DUE, j); set_status(j, PENDING, BY_ENGINE); j = 0 }
   od
 }
@@ -556,6 +567,7 @@ end:
 active proctype KeyHandoffs() {
 end:
   do
+  /* hand-off-keys: the handed-off releases, applied once the key's row is free */
   :: atomic { handoff > 0 && !kheld -> kcount = kcount - handoff; handoff = 0; promote_key_heads() }
   od
 }
@@ -567,7 +579,7 @@ active proctype Producer() {
   bool waits;
   /* enqueue: ON CONFLICT locks the key's row; the job waits unless the key had no unfinished job */
   atomic { started && !kheld -> kheld = true; waits = (kcount > 0); kcount++; uncommitted = true }
-  /* COMMIT: the job becomes visible, the key's row is free */
+  /* COMMIT (enqueue): the job becomes visible, the key's row is free */
   atomic { st[1] = PENDING; kw[1] = waits; kheld = false; uncommitted = false; produced = true; waits = false }
 }
 #endif
@@ -621,10 +633,13 @@ end:
        j = 0
      }
 #ifndef NOPAUSE
+  /* pause: set-queue-paused */
   :: atomic { !paused && !paused_once -> paused = true; paused_once = true }
+  /* resume: set-queue-paused */
   :: atomic { paused -> paused = false }
 #endif
-  :: !paused -> break   /* the operator is done */
+  /* the operator is done */
+  :: !paused -> break
   od
 }
 
@@ -633,6 +648,7 @@ end:
                    && (st[j] != RUNNING || (hasl[j] && exl[j] <= dl[j])))
 active proctype Invariants() {
 end:
+  /* invariant: checked in every state */
   atomic { started && !(ALLJ(JOB_OK) && !TWO_RUN && kcount == UNFINISHED + handoff + uncommitted) -> assert(false) }
 }
 
