@@ -1,5 +1,5 @@
 // The public API of nestjs-pg-queue. The framework-free engine has its own entry point,
-// "nestjs-pg-queue/engine".
+// "nestjs-pg-queue/engine", and the test kit its own, "nestjs-pg-queue/testing".
 export { PgQueueModule } from './pg-queue.module.js';
 export type { PgQueueModuleExtras } from './pg-queue.module-definition.js';
 export { JobHandler } from './job-handler.decorator.js';
@@ -23,7 +23,11 @@ export {
   PROMETHEUS_CONTENT_TYPE,
 } from './pg-queue.constants.js';
 export type { JobHandlerOptions, PgQueueHealthOptions, PgQueueMetricsOptions, PgQueueModuleOptions, PgQueueOptionsFactory } from './interfaces/index.js';
-export { drainQueues, type DrainQueuesOptions } from './testing/index.js';
+import { drainQueues as drainQueuesOfTesting, type DrainQueuesOptions as DrainQueuesOptionsOfTesting } from './testing/index.js';
+/** @deprecated Import it from "nestjs-pg-queue/testing"; this export goes in the next minor version. */
+export const drainQueues = drainQueuesOfTesting;
+/** @deprecated Import it from "nestjs-pg-queue/testing"; this export goes in the next minor version. */
+export type DrainQueuesOptions = DrainQueuesOptionsOfTesting;
 export {
   type PgQueue,
   PgQueueError,

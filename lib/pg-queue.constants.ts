@@ -16,11 +16,17 @@ export const PG_QUEUE_MODULE_OPTIONS = Symbol('pg-queue:module-options');
  */
 export const PG_QUEUE_ENGINE = Symbol('pg-queue:engine');
 
-/** Name of the reaper's interval in `@nestjs/schedule`'s `SchedulerRegistry`, when the app imports `ScheduleModule`. */
-export const REAPER_INTERVAL_NAME = 'pg-queue:reaper';
+/**
+ * The name in `@nestjs/schedule`'s `SchedulerRegistry` of the interval that runs one of the
+ * engine's fixed-interval passes (`PgQueue.hostablePasses`), when the app imports `ScheduleModule`.
+ */
+export const passIntervalName = (pass: string) => `pg-queue:${pass}`;
+
+/** Name of the reaper's interval in `SchedulerRegistry`. */
+export const REAPER_INTERVAL_NAME = passIntervalName('reaper');
 
 /** Name of the pruner's interval (retention of succeeded jobs) in `SchedulerRegistry`, likewise. */
-export const PRUNER_INTERVAL_NAME = 'pg-queue:pruner';
+export const PRUNER_INTERVAL_NAME = passIntervalName('pruner');
 
 /** Context of every log line the module writes through Nest's `Logger`. */
 export const PG_QUEUE_LOGGER_CONTEXT = 'PgQueue';

@@ -13,6 +13,7 @@ import {
   type OperatorNote,
   type ReplayOutcome,
 } from './engine/index.js';
+import { jobEvents$ } from './nest/job-events.js';
 import { PG_QUEUE_ENGINE } from './pg-queue.constants.js';
 
 /** Options of `QueueService.enqueue`: when and how the job runs, and on which connection. */
@@ -57,7 +58,11 @@ export type StatsOptions = NonNullable<Parameters<PgQueue['stats']>[0]>;
  */
 @Injectable()
 export class QueueService {
-  constructor(@Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue) {}
+  private readonly jobEvents$: Observable<JobEvent>;
+
+  constructor(@Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue) {
+    this.jobEvents$ = jobEvents$(engine);
+  }
 
   /**
    * Adds one job and returns its id. Everything is validated before any SQL runs: a bad job
@@ -185,6 +190,6 @@ export class QueueService {
    * failed. Never carries payloads. It completes when the module shuts down.
    */
   get events$(): Observable<JobEvent> {
-    return this.engine.metrics.events$;
+    return this.jobEvents$;
   }
 }

@@ -4,7 +4,7 @@
 #   1. the tarball holds dist/ (JS + .d.ts), migrations/ and README.md, and no sources or tests;
 #   2. installed with its required peers only, npm leaves out the optional one (@nestjs/schedule),
 #      and `import { PgQueueModule, JobHandler, QueueService, drainQueues, … } from 'nestjs-pg-queue'`
-#      (and 'nestjs-pg-queue/engine') work in a plain ESM script without it;
+#      (and 'nestjs-pg-queue/engine', 'nestjs-pg-queue/testing') work in a plain ESM script without it;
 #   3. a TypeScript app using the public API type-checks against the published .d.ts (strict);
 #   4. with DATABASE_URL set: that app, compiled with tsc, boots against PostgreSQL (still without
 #      @nestjs/schedule: the reaper runs on the engine's timer), migrates from the installed
@@ -24,7 +24,7 @@ cd "$ROOT"
 say "npm pack (runs the build through prepack)"
 TARBALL="$WORK/$(npm pack --silent --pack-destination "$WORK" | tail -n 1)"
 tar -tzf "$TARBALL" | sed 's#^package/##' | sort > "$WORK/contents.txt"
-for required in package.json README.md dist/index.js dist/index.d.ts dist/engine/index.js dist/engine/index.d.ts migrations/0001_jobs.sql; do
+for required in package.json README.md dist/index.js dist/index.d.ts dist/engine/index.js dist/engine/index.d.ts dist/testing/index.js dist/testing/index.d.ts migrations/0001_jobs.sql; do
   grep -qx "$required" "$WORK/contents.txt" || { say "FAIL: $required is missing from the tarball"; exit 1; }
 done
 if grep -E '^(lib|test|sample-app|scripts|bench)/|\.spec\.(js|ts)$' "$WORK/contents.txt"; then
@@ -55,12 +55,14 @@ say "ESM import"
 cat > import-check.mjs <<'JS'
 import { PgQueueModule, JobHandler, QueueService, drainQueues, PermanentJobError, RetryableJobError, InvalidJobError, PG_QUEUE_ENGINE } from 'nestjs-pg-queue';
 import { PgQueue } from 'nestjs-pg-queue/engine';
-const checks = { PgQueueModule, JobHandler, QueueService, drainQueues, PermanentJobError, RetryableJobError, InvalidJobError, PgQueue };
+import { drainQueues as drainQueuesOfTesting, DrainQueuesError } from 'nestjs-pg-queue/testing';
+const checks = { PgQueueModule, JobHandler, QueueService, drainQueues, PermanentJobError, RetryableJobError, InvalidJobError, PgQueue, drainQueuesOfTesting, DrainQueuesError };
 for (const [name, value] of Object.entries(checks)) {
   if (typeof value !== 'function') throw new Error(`${name} is ${typeof value}, expected a function`);
 }
 if (typeof PgQueueModule.forRoot !== 'function' || typeof PgQueueModule.forRootAsync !== 'function') throw new Error('PgQueueModule lacks forRoot/forRootAsync');
 if (typeof PG_QUEUE_ENGINE !== 'symbol') throw new Error('PG_QUEUE_ENGINE is not a symbol');
+if (drainQueues !== drainQueuesOfTesting) throw new Error('the root drainQueues (deprecated) is not the one of nestjs-pg-queue/testing');
 console.log('imports ok');
 JS
 node import-check.mjs
@@ -81,7 +83,8 @@ import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import pg from 'pg';
-import { drainQueues, JobHandler, PermanentJobError, PgQueueModule, QueueService, type Job, type JobContext } from 'nestjs-pg-queue';
+import { JobHandler, PermanentJobError, PgQueueModule, QueueService, type Job, type JobContext } from 'nestjs-pg-queue';
+import { drainQueues } from 'nestjs-pg-queue/testing';
 
 interface Greeting {
   name: string;

@@ -5,8 +5,8 @@
 //
 //   DATABASE_URL=postgres://… node bench/probes/complete-many-plan.mjs [jobs=40000] [running=30000] [batch=400]
 //
-// Uses a database of its own (dropped at the end) and the completeMany text of dist/engine/sql.js.
-import { createQueries } from '../../dist/engine/sql.js';
+// Uses a database of its own (dropped at the end) and the completeMany text of dist/engine/store/.
+import { createStore } from '../../dist/engine/store/index.js';
 import { withClient } from '../lib/db.mjs';
 import { PROBE_SCHEMA as schema, withProbeQueue } from '../lib/probe.mjs';
 
@@ -26,7 +26,7 @@ await withProbeQueue({ jobs }, async (db) => {
     );
     const sample = rows.slice(0, batch);
     const args = `'{${sample.map((r) => r.id).join(',')}}', '{${sample.map((r) => r.token).join(',')}}', 'probe'`;
-    const text = createQueries(schema).completeMany.text;
+    const text = createStore(schema).statements.completeMany.text;
     console.log(`jobs=${jobs} running=${running} batch=${batch}; statistics taken while every job was pending`);
     for (const mode of ['force_generic_plan', 'force_custom_plan']) {
       await c.query(`SET plan_cache_mode = ${mode}`);

@@ -1,10 +1,9 @@
 import { integer, resolveSection, section } from './config.js';
 import type pg from 'pg';
-import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import type { FenceLossReason } from './errors.js';
-import { fenceLossReason } from './lease.js';
 import { retryWhile } from './retrying.js';
-import type { Queries } from './sql.js';
+import type { CompletionRow, Store } from './store/index.js';
+import type { CompleterTestSignals } from './test-signals.js';
 
 export interface CompleterConfig {
   /** Most completions written by one statement. */
@@ -55,10 +54,12 @@ export class Completer {
   private readonly waiting: Pending[] = [];
   private inFlight = 0;
   private idle: (() => void)[] = [];
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: CompleterTestSignals | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
-    private readonly queries: Queries,
+    private readonly store: Store,
     private readonly owner: string,
     private readonly channel: string,
     config?: Partial<CompleterConfig>,
@@ -96,42 +97,49 @@ export class Completer {
   }
 
   private async write(batch: Pending[]): Promise<void> {
-    const values = [batch.map((p) => p.id), batch.map((p) => p.token), this.owner];
-    type Row = { id: string; token: string; applied: boolean; loss: string; status: string | null } & ReleasedKeys;
+    const params = { ids: batch.map((p) => p.id), tokens: batch.map((p) => p.token), owner: this.owner };
     let tries = 0;
-    let rows: Row[];
+    let rows: CompletionRow[];
     try {
-      rows = await retryWhile(
+      ({ rows } = await retryWhile(
         () => Math.max(...batch.map((p) => p.lease.msLeft)),
         () => {
           tries += 1;
           // Jobs without an ordering key complete in one autocommit statement; a batch with keyed
           // jobs also promotes the keys' next heads, in the same transaction.
           return batch.some((p) => p.keyed)
-            ? runReleasingKeys<Row>(this.pool, this.queries, this.channel, this.queries.completeMany, values, this.keysDeferred)
-            : run<Row>(this.pool, this.queries.completeMany, values);
+            ? this.store.releasingKeys(this.pool, this.channel, (db) => this.store.completeMany(db, params), this.keysDeferred)
+            : this.store.completeMany(this.pool, params);
         },
-      );
+      ));
     } catch (error) {
       for (const pending of batch) pending.reject(error);
       return;
     }
     // By (id, token): a stale and a current completion of one job may share a batch (rare: the
     // map is by id, and only a job seen twice is told apart by its token).
-    const byId = new Map<string, Row | Row[]>();
+    const byId = new Map<string, CompletionRow | CompletionRow[]>();
     for (const row of rows) {
       const seen = byId.get(row.id);
       byId.set(row.id, seen === undefined ? row : Array.isArray(seen) ? [...seen, row] : [seen, row]);
     }
+    let appliedCount = 0;
     for (const pending of batch) {
       const found = byId.get(pending.id);
       const row = Array.isArray(found) ? found.find((r) => r.token === pending.token) : found?.token === pending.token ? found : undefined;
-      const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+      if (row?.ok) {
+        appliedCount += 1;
+        pending.resolve({ applied: true });
+        continue;
+      }
+      const reason = row?.reason ?? 'lease_lost';
       // A retried write whose earlier try committed finds the job succeeded by this very claim
       // (same token and owner); that, and only that, counts as applied.
-      const applied = row?.applied === true || (tries > 1 && reason === 'finished' && row?.status === 'succeeded');
+      const applied = tries > 1 && reason === 'finished' && row?.status === 'succeeded';
+      if (applied) appliedCount += 1;
       pending.resolve(applied ? { applied: true } : { applied: false, reason });
     }
+    this.testSignals?.flushed.signal({ jobIds: batch.map((p) => p.id), applied: appliedCount });
   }
 }
 

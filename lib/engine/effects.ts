@@ -1,4 +1,3 @@
-import { run } from './db.js';
 import { HandlerUsageError, InvalidOptionError, PermanentJobError } from './errors.js';
 import type { Lease } from './lease.js';
 import { whileLeaseLasts } from './retrying.js';
@@ -22,13 +21,6 @@ export interface EffectOptions<R> {
 /** Largest stored effect result: the record is for operators and replays, not a blob store. */
 export const EFFECT_RESULT_MAX_BYTES = 16 * 1024;
 const EFFECT_NAME = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$/;
-
-interface BegunEffect {
-  owned: boolean;
-  earlier: 'started' | 'confirmed' | null;
-  result: unknown;
-  result_stored: boolean | null;
-}
 
 /**
  * An external side effect with a durable record, the reference's "durable state with an uncertain
@@ -60,12 +52,11 @@ export async function runEffect<R>(
     );
   }
   if (lease.signal.aborted) throw lease.signal.reason;
-  const { db, queries, owner } = lease.deps;
-  const { job } = lease;
-  const idempotencyKey = `${job.idempotencyKey}:${name}`;
-  const [begun] = await run<BegunEffect>(db, queries.beginEffect, [job.id, owner, job.leaseToken, name, idempotencyKey]);
-  if (begun?.earlier === 'confirmed') {
-    if (begun.result_stored !== false) return begun.result as R;
+  const { db, store } = lease.deps;
+  const idempotencyKey = `${lease.job.idempotencyKey}:${name}`;
+  const begun = await store.beginEffect(db, { ...lease.fenceKey, name, idempotencyKey });
+  if (begun.earlier === 'confirmed') {
+    if (begun.resultStored !== false) return begun.result as R;
     // It happened, but its result was never stored: ask the destination, never call it again.
     const found = options.reconcile ? await options.reconcile(idempotencyKey) : { done: false as const };
     if (found.done) {
@@ -74,7 +65,7 @@ export async function runEffect<R>(
     }
     throw resultNotStored(name, 'an earlier attempt');
   }
-  if (!begun?.owned) throw await lease.lostOn('effect');
+  if (!begun.owned) throw await lease.lostOn('effect');
 
   if (begun.earlier === 'started' && options.reconcile) {
     const found = await options.reconcile(idempotencyKey);
@@ -89,14 +80,14 @@ export async function runEffect<R>(
 }
 
 /**
- * Records that the effect happened. Not fenced (see confirmEffect in sql.ts), and retried while
+ * Records that the effect happened. Not fenced (see confirmEffect in store/effects.ts), and retried while
  * the lease lasts: the call happened, and a record lost to a blip would make the next attempt
  * treat it as uncertain.
  */
 async function confirm(lease: Lease, name: string, result: unknown, kind: string): Promise<void> {
   const stored = storable(result);
   await whileLeaseLasts(lease, () =>
-    run(lease.deps.db, lease.deps.queries.confirmEffect, [lease.job.id, lease.deps.owner, lease.job.leaseToken, name, stored.json, kind, stored.ok]),
+    lease.deps.store.confirmEffect(lease.deps.db, { ...lease.fenceKey, name, result: stored.json, kind, resultStored: stored.ok }),
   );
   if (!stored.ok) throw resultNotStored(name, 'this attempt', stored.problem);
 }

@@ -35,6 +35,11 @@ export function isQueueName(name: unknown): name is string {
 }
 
 /** The NOTIFY channel of a schema: enqueues and promotions wake that schema's workers only. */
+/** A job id: the decimal string of a positive PostgreSQL bigint. */
+export function isJobId(id: unknown): id is string {
+  return typeof id === 'string' && /^[1-9]\d{0,18}$/.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n;
+}
+
 export function wakeChannel(schema: string): string {
   return `${schema}:wake`;
 }

@@ -1,7 +1,6 @@
 // The framework-free engine: everything the Nest module is built on, usable without Nest.
 export {
   PgQueue,
-  OPERATOR_BATCH_MAX,
   type PgQueueOptions,
   type StartOptions,
   type JobRecord,
@@ -16,6 +15,8 @@ export {
   type EngineStats,
   type ProcessStats,
 } from './pg-queue.js';
+export { OPERATOR_BATCH_MAX } from './operator.js';
+export type { MaintenanceService, FixedIntervalPass, HostablePass } from './maintenance/service.js';
 export type { Job, JobContext, JobHandlerFn, HandlerOptions, BackoffOptions, JobStatus, LiveJobStatus, FinishedJobStatus, AbortCode, CompleteOptions } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES, type EffectOptions, type Reconciliation } from './effects.js';
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
@@ -28,6 +29,7 @@ export {
   LEASE_EXPIRED_CODES,
   LEASE_OPERATIONS,
   type JobEvent,
+  type JobEventListener,
   type CounterName,
   type HistogramName,
   type DeprecatedHistogramName,
@@ -35,10 +37,10 @@ export {
   type Labels,
   type LeaseOperation,
 } from './metrics.js';
-export { PRUNER_DEFAULTS, type PrunerConfig } from './pruner.js';
+export { PRUNER_DEFAULTS, type PrunerConfig } from './maintenance/pruner.js';
 export { HANDLER_DEFAULTS, type WorkerHooks } from './worker.js';
-export { REAPER_DEFAULTS, type ReaperConfig, type ReapResult } from './reaper.js';
-export { SCHEDULER_DEFAULTS, type SchedulerConfig } from './scheduler.js';
+export { REAPER_DEFAULTS, type ReaperConfig, type ReapResult } from './maintenance/reaper.js';
+export { SCHEDULER_DEFAULTS, type SchedulerConfig } from './maintenance/scheduler.js';
 export { NOTIFIER_DEFAULTS, type NotifierConfig } from './notifier.js';
 export { migrate, type MigrationMode, type MigrateOptions, type MigrationReport } from './migrator.js';
 export { DEFAULT_SCHEMA } from './identifiers.js';
@@ -59,3 +61,14 @@ export {
 } from './errors.js';
 export { renderPrometheus, PROMETHEUS_TIMEOUT_DEFAULT_MS } from './prometheus.js';
 export { checkHealth, HEALTH_DEFAULTS, type HealthThresholds, type HealthReport } from './health.js';
+
+// ---------------------------------------------------------------------------------------------
+// @internal: for the Nest module of this package only (it imports the engine through this barrel
+// alone). Not a stable API: these may change in any release; do not use them from an app.
+export { LogThrottle } from './log-throttle.js';
+export { boolean, nested, opaque, resolveSection, section, timerMs, type Section, type Warn } from './config.js';
+export { ENGINE_OPTIONS } from './options.js';
+export { isQueueName } from './identifiers.js';
+export { resolveHandlerOptions } from './worker.js';
+// For the project's own tests (lib/testing/test-signals.ts): the services' test signals.
+export { ENABLE_TEST_SIGNALS, TestSignal, TEST_SIGNAL_TIMEOUT_DEFAULT_MS, type AttemptOutcome, type EngineTestSignals } from './test-signals.js';

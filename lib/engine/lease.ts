@@ -1,36 +1,17 @@
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
-import { run, type Queryable } from './db.js';
+import type { Queryable } from './db.js';
 import { completeInTransaction } from './transactional-completion.js';
 import { runEffect } from './effects.js';
 import { JobAbortedError, LeaseLostError, type FenceLossReason } from './errors.js';
 import type { EngineMetrics, LeaseOperation } from './metrics.js';
-import type { Queries } from './sql.js';
+import type { ClaimedJob, FencedOutcome, FenceParams, Renewal, Store } from './store/index.js';
 import type { TraceCarrier } from './tracing.js';
 import type { AbortCode, Job, JobContext } from './types.js';
 
-/** The row the claim statement returns. */
-export interface ClaimedRow {
-  id: string;
-  queue_name: string;
-  payload: unknown;
-  priority: number;
-  attempt_count: number;
-  max_attempts: number;
-  max_runtime_ms: number;
-  lease_token: string;
-  created_at: Date;
-  deadline_at: Date;
-  ordering_key: string | null;
-  lease_ms_left: number;
-  lease_at_deadline: boolean;
-  trace_context: TraceCarrier | null;
-  waited_ms: number;
-}
-
 export interface LeaseDeps {
   readonly db: pg.Pool;
-  readonly queries: Queries;
+  readonly store: Store;
   readonly owner: string;
   readonly metrics: EngineMetrics;
   /** The NOTIFY channel (a transactional completion may wake the next job of an ordering key). */
@@ -63,13 +44,6 @@ export function defaultAbortMarginMs(leaseMs: number): number {
  */
 export function attemptAbortMarginMs(attemptLeaseMs: number, configured: number | undefined): number {
   return Math.min(configured ?? defaultAbortMarginMs(attemptLeaseMs), Math.floor(attemptLeaseMs / 2));
-}
-
-/** Loss codes the SQL reports (see `fenceLossCode` in sql.ts), as reasons. */
-export function fenceLossReason(code: string): FenceLossReason {
-  if (code === 'CANCELLED') return 'cancelled';
-  if (code === 'FINISHED') return 'finished';
-  return 'lease_lost';
 }
 
 export type { LeaseOperation } from './metrics.js';
@@ -133,7 +107,7 @@ export class Lease {
   keysDeferred = false;
 
   constructor(
-    row: ClaimedRow,
+    row: ClaimedJob,
     schema: string,
     requestedAt: number,
     private readonly timing: LeaseTiming,
@@ -142,34 +116,39 @@ export class Lease {
   ) {
     this.job = {
       id: row.id,
-      queue: row.queue_name,
+      queue: row.queue,
       payload: row.payload,
       priority: row.priority,
-      attempt: row.attempt_count,
-      maxAttempts: row.max_attempts,
-      leaseToken: row.lease_token,
-      idempotencyKey: `${schema}:${row.queue_name}:${row.id}`,
-      orderingKey: row.ordering_key,
-      createdAt: row.created_at,
-      deadlineAt: row.deadline_at,
+      attempt: row.attempt,
+      maxAttempts: row.maxAttempts,
+      leaseToken: row.leaseToken,
+      idempotencyKey: `${schema}:${row.queue}:${row.id}`,
+      orderingKey: row.orderingKey,
+      createdAt: row.createdAt,
+      deadlineAt: row.deadlineAt,
     };
-    this.traceCarrier = row.trace_context;
+    this.traceCarrier = row.traceContext;
     this.claimedAt = requestedAt;
-    this.attemptLeaseMs = Math.min(timing.leaseMs, row.max_runtime_ms ?? timing.leaseMs);
+    this.attemptLeaseMs = Math.min(timing.leaseMs, row.maxRuntimeMs ?? timing.leaseMs);
     this.abortMarginMs = attemptAbortMarginMs(this.attemptLeaseMs, timing.abortMarginMs);
     this.grantedAt = requestedAt;
-    this.expiresAt = requestedAt + row.lease_ms_left;
-    this.atDeadline = row.lease_at_deadline;
+    this.expiresAt = requestedAt + row.leaseMsLeft;
+    this.atDeadline = row.leaseAtDeadline;
     const lease = this;
     this.context = {
       signal: this.controller.signal,
-      attempt: row.attempt_count,
-      token: row.lease_token,
+      attempt: row.attempt,
+      token: row.leaseToken,
       heartbeat: () => lease.heartbeat(),
       complete: (work, options) => completeInTransaction(lease, work, options),
       effect: (name, call, options) => runEffect(lease, name, call, options),
     };
     this.arm();
+  }
+
+  /** What the fence matches this attempt's writes by: the job, this worker, this claim's token. */
+  get fenceKey(): FenceParams {
+    return { id: this.job.id, owner: this.deps.owner, token: this.job.leaseToken };
   }
 
   get signal(): AbortSignal {
@@ -209,8 +188,7 @@ export class Lease {
    * lost, returns the error to throw.
    */
   async lostOn(operation: LeaseOperation, db: Queryable = this.deps.db): Promise<LeaseLostError> {
-    const [row] = await run<{ loss: string }>(db, this.deps.queries.fenceLoss, [this.job.id, this.job.leaseToken, this.deps.owner]);
-    const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+    const { reason } = await this.deps.store.fenceLoss(db, this.fenceKey);
     this.markLost(reason, operation);
     return this.lostError(reason);
   }
@@ -289,31 +267,31 @@ export class Lease {
   }
 
   private async renew(): Promise<void> {
-    const { queries, owner, metrics } = this.deps;
+    const { store, metrics } = this.deps;
     // Inside ctx.complete, the renewal goes through its transaction: the row is locked by it, and
     // asking the pool for a second connection while the handler holds one can wait forever (every
     // handler of a full pool doing the same). Committed with the completion, which needs it.
     const db = this.openTransaction ?? this.deps.db;
     const inTransaction = this.openTransaction !== undefined;
     const requestedAt = performance.now();
-    let row: { lease_ms_left: number | null; lease_at_deadline: boolean | null; loss: string } | undefined;
+    let outcome: FencedOutcome<Renewal>;
     try {
-      [row] = await run(db, queries.heartbeat, [this.job.id, owner, this.job.leaseToken, this.timing.leaseMs]);
+      outcome = await store.heartbeat(db, { ...this.fenceKey, leaseMs: this.timing.leaseMs });
     } catch (error) {
       metrics.increment('heartbeat_failures', { queue: this.job.queue });
       metrics.emit({ type: 'heartbeat_failed', queue: this.job.queue, jobId: this.job.id, error: (error as Error).message });
       return;
     }
-    if (row && row.lease_ms_left !== null) {
+    if (outcome.ok) {
       metrics.increment('heartbeats', { queue: this.job.queue });
       // Written inside ctx.complete's transaction: it holds only if that commits (see
       // committedGrant), or a rollback would leave the handler running, unaborted, beside the
       // next attempt.
       if (inTransaction) this.committedGrant ??= { grantedAt: this.grantedAt, expiresAt: this.expiresAt, atDeadline: this.atDeadline };
-      this.renewed(requestedAt, row.lease_ms_left, row.lease_at_deadline === true);
+      this.renewed(requestedAt, outcome.leaseMsLeft, outcome.leaseAtDeadline);
       return;
     }
-    const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
+    const { reason } = outcome;
     this.renewalRefused = true;
     this.markLost(reason, 'heartbeat');
     throw this.lostError(reason);

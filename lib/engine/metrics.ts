@@ -1,5 +1,4 @@
 import { metrics as otel, type Attributes, type Counter, type Histogram } from '@opentelemetry/api';
-import { Subject, type Observable } from 'rxjs';
 import { FENCE_LOSS_REASONS, type FenceLossReason } from './errors.js';
 
 /** The fenced writes a worker makes (the `operation` label of lease_lost): a closed set. */
@@ -7,7 +6,7 @@ export const LEASE_OPERATIONS = ['start', 'complete', 'fail', 'heartbeat', 'rele
 /** The operation whose fenced write was refused. */
 export type LeaseOperation = (typeof LEASE_OPERATIONS)[number];
 
-/** What happened to a job in this process, as a stream (`PgQueue.metrics.events$`). Never carries payloads. */
+/** What happened to a job in this process (`PgQueue.onJobEvent`, `QueueService.events$`). Never carries payloads. */
 export type JobEvent =
   | { readonly type: 'claimed'; readonly queue: string; readonly jobId: string; readonly attempt: number; readonly leaseToken: string }
   | { readonly type: 'succeeded'; readonly queue: string; readonly jobId: string; readonly durationMs: number }
@@ -45,9 +44,12 @@ export type CounterName =
   | 'heartbeat_failures'
   | 'claim_queries';
 
+/** Hears every job event of this process, synchronously, as it happens: keep it quick. */
+export type JobEventListener = (event: JobEvent) => void;
+
 export type Labels = Readonly<Record<string, string | number>>;
 
-/** The `code` label of `lease_expired`: what the reaper wrote on the job it recovered (see reapExpired, reapAsDead in sql.ts). */
+/** The `code` label of `lease_expired`: what the reaper wrote on the job it recovered (see reapExpired, reapAsDead in store/maintenance.ts). */
 export const LEASE_EXPIRED_CODES = ['LEASE_EXPIRED', 'MAX_RUNTIME', 'REAP_FAILED'] as const;
 
 /** Durations, in seconds (the Prometheus base unit; the names say so, as promtool wants). */
@@ -125,19 +127,36 @@ export interface HistogramSnapshot {
 }
 
 /**
- * In-process counters and the event stream. Counters are keyed by name and labels; a snapshot
- * is a plain object, cheap enough to take on every scrape.
+ * In-process counters and the job events' listeners. Counters are keyed by name and labels; a
+ * snapshot is a plain object, cheap enough to take on every scrape.
  */
 export class EngineMetrics {
   private readonly counters = new Map<string, { name: CounterName; labels: Labels; value: number }>();
   private readonly histograms = new Map<string, HistogramSnapshot>();
-  private readonly subject = new Subject<JobEvent>();
+  private readonly listeners = new Set<{ event: JobEventListener; closed: (() => void) | undefined }>();
+  /** Set by `complete()`: no event after it, and a listener added later is closed at once. */
+  private completed = false;
   /** Published through @opentelemetry/api too: a no-op unless the app installs an SDK. */
   private readonly meter = otel.getMeter('nestjs-pg-queue');
   private readonly otelCounters = new Map<CounterName, Counter>();
   private readonly otelHistograms = new Map<HistogramName, Histogram>();
 
-  readonly events$: Observable<JobEvent> = this.subject.asObservable();
+  /** `reportListenerError`: where a listener's throw goes (it never reaches the code that emitted). */
+  constructor(private readonly reportListenerError: (error: unknown) => void = () => {}) {}
+
+  /**
+   * Adds a listener of job events; returns the function that removes it. `onClose` is called once
+   * when the engine stops (no event follows it), at once when it has stopped already.
+   */
+  onEvent(listener: JobEventListener, onClose?: () => void): () => void {
+    if (this.completed) {
+      onClose?.();
+      return () => {};
+    }
+    const entry = { event: listener, closed: onClose };
+    this.listeners.add(entry);
+    return () => void this.listeners.delete(entry);
+  }
 
   increment(name: CounterName, labels: Labels = {}, by = 1): void {
     const key = seriesKey(name, labels);
@@ -194,7 +213,14 @@ export class EngineMetrics {
   }
 
   emit(event: JobEvent): void {
-    if (this.subject.observed) this.subject.next(event);
+    for (const listener of this.listeners) {
+      try {
+        listener.event(event);
+      } catch (error) {
+        // The worker (or reaper) that emitted is in the middle of a job's step: a listener's bug must not end it.
+        this.reportListenerError(error);
+      }
+    }
   }
 
   /** The sum of a counter over every label set that contains `labels`. */
@@ -212,7 +238,11 @@ export class EngineMetrics {
   }
 
   complete(): void {
-    this.subject.complete();
+    if (this.completed) return;
+    this.completed = true;
+    const closing = [...this.listeners];
+    this.listeners.clear();
+    for (const { closed } of closing) closed?.();
   }
 }
 

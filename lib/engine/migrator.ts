@@ -37,8 +37,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { InvalidOptionError, MigrationError } from './errors.js';
-import { DEFAULT_SCHEMA, quoteIdentifier, validateSchemaName } from './identifiers.js';
+import { DEFAULT_SCHEMA, validateSchemaName } from './identifiers.js';
 import { isConnectionError } from './pg-errors.js';
+import * as store from './store/migrations.js';
 
 /** `auto` applies pending files; `verify` applies nothing and fails when any is pending; `off` does nothing. */
 export type MigrationMode = 'auto' | 'verify' | 'off';
@@ -120,7 +121,7 @@ export async function migrate(db: MigrationTarget, options: MigrateOptions = {})
 
   const files = await loadMigrations(migrationsDir);
   return withClient(db, async (client) => {
-    const plan = planMigrations(schema, files, await readApplied(client, schema, false));
+    const plan = planMigrations(schema, files, await store.readApplied(client, schema, false));
     report.newerCompatible.push(...plan.newerCompatible);
     report.skipped.push(...plan.skipped);
     warnNewer(logger, schema, plan.newerCompatible);
@@ -296,21 +297,6 @@ class ConnectionBroken extends Error {
   }
 }
 
-function migrationsTable(schema: string): string {
-  return `${quoteIdentifier(schema)}.schema_migrations`;
-}
-
-/** `known`: the table is known to exist (under the lock, after CREATE TABLE IF NOT EXISTS). */
-async function readApplied(client: pg.ClientBase, schema: string, known: boolean): Promise<Map<string, AppliedRow>> {
-  const table = migrationsTable(schema);
-  if (!known) {
-    const { rows } = await client.query<{ present: boolean }>('SELECT to_regclass($1) IS NOT NULL AS present', [table]);
-    if (!rows[0]?.present) return new Map();
-  }
-  const { rows } = await client.query<AppliedRow>(`SELECT name, checksum, compatible FROM ${table} ORDER BY name`);
-  return new Map(rows.map((row) => [row.name, row]));
-}
-
 /** Compares the files with what the database has applied; throws when this code must not run. */
 function planMigrations(schema: string, files: readonly MigrationFile[], applied: ReadonlyMap<string, AppliedRow>): Plan {
   const local = new Set(files.map((file) => file.name));
@@ -362,40 +348,27 @@ async function applyFile(
   files: readonly MigrationFile[],
   file: MigrationFile,
 ): Promise<{ applied: boolean; newerCompatible: string[] }> {
-  const quoted = quoteIdentifier(schema);
-  const table = migrationsTable(schema);
   let step: 'bookkeeping' | 'file' = 'bookkeeping';
-  await client.query('BEGIN');
+  await store.begin(client);
   try {
-    await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [migrationLockKey(schema)]);
-    // Only when missing: CREATE SCHEMA checks the database-level CREATE privilege even with IF NOT
-    // EXISTS, and a schema created beforehand by an administrator must not need it.
-    const { rows } = await client.query<{ present: boolean }>('SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS present', [schema]);
-    if (!rows[0]?.present) await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoted}`);
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${table} (
-         name       text        PRIMARY KEY,
-         checksum   text        NOT NULL,
-         compatible boolean     NOT NULL,
-         applied_at timestamptz NOT NULL DEFAULT now()
-       )`,
-    );
+    await store.lockMigrations(client, migrationLockKey(schema));
+    await store.ensureMigrationsTable(client, schema);
     // Under the lock: another process may have applied files (or a newer version may have) meanwhile.
-    const plan = planMigrations(schema, files, await readApplied(client, schema, true));
+    const plan = planMigrations(schema, files, await store.readApplied(client, schema, true));
     if (!plan.pending.some((pending) => pending.name === file.name)) {
-      await client.query('COMMIT');
+      await store.commit(client);
       return { applied: false, newerCompatible: plan.newerCompatible };
     }
-    await client.query(`SET LOCAL search_path TO ${quoted}`);
+    await store.useSchema(client, schema);
     step = 'file';
-    await client.query(file.sql);
+    await store.runFile(client, file.sql);
     step = 'bookkeeping';
-    await client.query(`INSERT INTO ${table} (name, checksum, compatible) VALUES ($1, $2, $3)`, [file.name, file.checksum, file.compatible]);
-    await client.query('COMMIT');
+    await store.recordApplied(client, schema, file);
+    await store.commit(client);
     return { applied: true, newerCompatible: plan.newerCompatible };
   } catch (error) {
     try {
-      await client.query('ROLLBACK');
+      await store.rollback(client);
     } catch {
       throw new ConnectionBroken(failure(schema, file, step, error));
     }

@@ -1,9 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { requireInteger, resolveSection, section, TIMER_MAX_MS, timerMs } from './config.js';
-import { quoteIdentifier } from './identifiers.js';
+import { listen, ping } from './store/listener.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
+import type { MaintenanceService } from './maintenance/service.js';
+import type { NotifierTestSignals } from './test-signals.js';
 
 export interface NotifierConfig {
   /** First reconnect delay after the listener connection drops; doubles up to the maximum. */
@@ -77,7 +79,8 @@ interface Probe {
  * counts as listening only once it has heard its own probe, a NOTIFY sent through the engine's
  * pool (the producers' path), after each (re)connect, and again every `probeIntervalMs`.
  */
-export class Notifier {
+export class Notifier implements MaintenanceService {
+  readonly name = 'listener';
   readonly config: NotifierConfig;
   private readonly subscribers = new Map<string, Set<(argument: string) => void>>();
   /** Tells this notifier's probes from other processes' on the same channel. */
@@ -99,6 +102,8 @@ export class Notifier {
   private warnedDeaf = false;
   /** Resolves `start()`: the first connection heard its probe, or failed. */
   private settleStart: (() => void) | undefined;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: NotifierTestSignals | undefined;
 
   constructor(
     private readonly connection: pg.ClientConfig,
@@ -192,7 +197,7 @@ export class Notifier {
       return;
     }
     try {
-      await client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
+      await listen(client, this.channel);
     } catch (error) {
       this.lost(client, 'dropped', (error as Error).message);
       return;
@@ -209,9 +214,7 @@ export class Notifier {
       this.sendProbeOn(client);
       // The listener's own connection answers too, so a half-open socket is found even while the
       // pool cannot send (then the probe proves nothing).
-      client
-        .query('SELECT 1')
-        .catch((error: Error) => this.lost(client, 'dropped', `it did not answer a query: ${error.message}`, sentAt));
+      ping(client).catch((error: Error) => this.lost(client, 'dropped', `it did not answer a query: ${error.message}`, sentAt));
     }, this.config.probeIntervalMs);
     this.probeTimer.unref();
   }
@@ -263,6 +266,7 @@ export class Notifier {
     this.reconnectDelayMs = this.config.reconnectMinMs;
     this.settle();
     this.wakeAll();
+    this.testSignals?.listening.signal({ at: Date.now() });
   }
 
   /**
@@ -278,6 +282,7 @@ export class Notifier {
     this.lastFailure = why;
     this.deafAttempts = why === 'deaf' ? this.deafAttempts + 1 : 0;
     this.settle();
+    this.testSignals?.lost.signal({ why });
     if (this.stopped) return;
     // Once the deaf session has been explained, its every reconnect is no news: logged, not warned.
     // Bounded: during an outage it fails at every step of its backoff.
@@ -321,6 +326,7 @@ export class Notifier {
       return;
     }
     for (const fn of this.subscribers.get(topic) ?? []) fn(argument);
+    this.testSignals?.notification.signal({ topic, argument });
   }
 
   /** After a (re)connect: every queue's loop claims once, since wake-ups may have been missed. */

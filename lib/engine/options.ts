@@ -1,7 +1,7 @@
 import { COMPLETER_OPTIONS, type CompleterConfig } from './completer.js';
 import { boolean, integer, nested, oneOf, opaque, section, string, TIMER_MAX_MS, timerMs } from './config.js';
 import { DEFAULT_SCHEMA } from './identifiers.js';
-import { KEY_HANDOFFS_OPTIONS, type KeyHandoffsConfig } from './key-handoffs.js';
+import { KEY_HANDOFFS_OPTIONS, type KeyHandoffsConfig } from './maintenance/key-handoffs.js';
 import { FAILURE_LOG_INTERVAL_MS } from './log-throttle.js';
 import { MIGRATION_MODE_DEFAULT, MIGRATION_MODES } from './migrator.js';
 import { NOTIFIER_OPTIONS, type NotifierConfig } from './notifier.js';
@@ -9,10 +9,10 @@ import type pg from 'pg';
 import type { EngineLogger } from './logger.js';
 import type { MigrationMode } from './migrator.js';
 import { MAX_PAYLOAD_BYTES_DEFAULT } from './producer.js';
-import { PRUNER_OPTIONS, type PrunerConfig } from './pruner.js';
-import { REAPER_OPTIONS, type ReaperConfig } from './reaper.js';
-import { SCHEDULER_OPTIONS, type SchedulerConfig } from './scheduler.js';
-import { CLIENT_TIMEOUT_SLACK_MS, STATEMENT_TIMEOUT_DEFAULT_MS } from './sql.js';
+import { PRUNER_OPTIONS, type PrunerConfig } from './maintenance/pruner.js';
+import { REAPER_OPTIONS, type ReaperConfig } from './maintenance/reaper.js';
+import { SCHEDULER_OPTIONS, type SchedulerConfig } from './maintenance/scheduler.js';
+import { CLIENT_TIMEOUT_SLACK_MS, STATEMENT_TIMEOUT_DEFAULT_MS } from './store/statement.js';
 import type { HandlerOptions } from './types.js';
 import { HANDLER_OPTIONS } from './worker.js';
 

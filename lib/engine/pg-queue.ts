@@ -2,173 +2,54 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import pg from 'pg';
 import { Completer } from './completer.js';
-import { KeyHandoffs } from './key-handoffs.js';
+import { KeyHandoffs } from './maintenance/key-handoffs.js';
 import { requireInteger, resolveSection, TIMER_MAX_MS } from './config.js';
 import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from './options.js';
 
 export type { PgQueueOptions } from './options.js';
-import { describeTarget, run, runReleasingKeys, targetOf, type Queryable, type ReleasedKeys } from './db.js';
-import { InvalidOptionError, JobStateError } from './errors.js';
-import { isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
+import { describeTarget, targetOf, type Queryable } from './db.js';
+import { InvalidOptionError } from './errors.js';
+import { isJobId, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
+import { OperatorCalls } from './operator.js';
 import { LogThrottle } from './log-throttle.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
-import { EngineMetrics } from './metrics.js';
+import { EngineMetrics, type JobEventListener } from './metrics.js';
 import { migrate, type MigrationMode, type MigrationReport } from './migrator.js';
 import { Notifier } from './notifier.js';
 import { toCallError, type CallContext } from './pg-errors.js';
 import { PROMETHEUS_TIMEOUT_DEFAULT_MS, renderPrometheus } from './prometheus.js';
 import { Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
-import { Pruner } from './pruner.js';
-import { Reaper, type ReapResult } from './reaper.js';
-import { Scheduler } from './scheduler.js';
-import { settlesWithin } from './service.js';
-import { createQueries, type Queries } from './sql.js';
-import type { FinishedJobStatus, HandlerOptions, JobHandlerFn, JobStatus, LiveJobStatus } from './types.js';
+import { Pruner } from './maintenance/pruner.js';
+import { Reaper, type ReapResult } from './maintenance/reaper.js';
+import { Scheduler } from './maintenance/scheduler.js';
+import { Maintainer } from './maintenance/maintainer.js';
+import type { HostablePass } from './maintenance/service.js';
+import { ENGINE_INTERNALS, type EngineInternals } from './internals.js';
+import { JOB_EVENT_LISTENER_FAILED } from './messages.js';
+import { settlesWithin } from './settles-within.js';
+import { createStore, type Store } from './store/index.js';
+import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
+import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
 export interface StartOptions {
   /**
-   * Run the reaper on its own timer (default). A host that schedules `reapOnce()` itself (the Nest
-   * module, when the app has a SchedulerRegistry) passes false, so only one timer ever runs it.
+   * The fixed-interval passes (names from `hostablePasses`: `reaper`, `pruner`) that the host runs
+   * on timers of its own (the Nest module, when the app has a SchedulerRegistry): the engine does
+   * not start their loops, so only one timer ever runs each. Default: none, the engine runs all.
    */
+  hostedPasses?: readonly string[];
+  /** @deprecated Use `hostedPasses: ['reaper']` (false here is the same); removed in the next minor version. */
   reaperTimer?: boolean;
-  /** Run the pruner on its own timer (default), or let the host schedule `pruneOnce()`. */
+  /** @deprecated Use `hostedPasses: ['pruner']` (false here is the same); removed in the next minor version. */
   prunerTimer?: boolean;
   /** Start workers for the registered handlers (default). False: an enqueue-only process. */
   workers?: boolean;
 }
 
-/** Who asks for an operator's action, and why: recorded in the job's history. */
-export interface OperatorNote {
-  actor?: string;
-  reason?: string;
-}
-
-export interface ReplayOutcome {
-  id: string;
-  replayed: boolean;
-  /** The job's status now (`pending` when replayed; undefined when there is no such job). */
-  status: JobStatus | undefined;
-}
-
-export interface DeadJobPage {
-  jobs: DeadJobSummary[];
-  /** Pass as `cursor` for the next page; undefined on the last page. */
-  nextCursor: string | undefined;
-}
-
-export interface DeadJobSummary {
-  id: string;
-  queue: string;
-  priority: number;
-  attemptCount: number;
-  maxAttempts: number | null;
-  lastErrorCode: string | null;
-  lastErrorMessage: string | null;
-  leaseToken: string;
-  createdAt: Date;
-  finishedAt: Date;
-}
-
-/** What `stats()` counts per queue: live statuses exactly, history over a recent window. */
-export type QueueCounts = Record<LiveJobStatus, number> & {
-  /**
-   * Jobs that finished within the last `EngineStats.recentWindowMs`, per status: throughput, not
-   * retention (what is kept longer is never counted, so the read does not grow with it).
-   */
-  recent: Record<FinishedJobStatus, number>;
-};
-
-export interface QueueStats {
-  queue: string;
-  paused: boolean;
-  pausedAt: Date | null;
-  /** Jobs per live status, exactly (0 when none), and the recently finished ones. */
-  counts: QueueCounts;
-  /** Age of the oldest claimable (pending) job: alert on this, not on counts. */
-  oldestClaimableAgeMs: number | null;
-  oldestDeadAgeMs: number | null;
-  /** Running jobs whose lease ends within `nearExpiryMs`. */
-  runningNearExpiry: number;
-  /** Ordering keys held by a dead job: their later jobs wait until it is replayed or discarded. */
-  blockedKeys: number;
-  /** This process's handler slots for the queue (busy / total), when it handles it. */
-  slots: { busy: number; total: number } | undefined;
-}
-
-/** What this process knows of itself, without asking the database (`processStats()`). */
-export interface ProcessStats {
-  at: Date;
-  /**
-   * The LISTEN connection. `listening` only once it has heard its own probe NOTIFY (sent through
-   * the pool) since it last connected; `downForMs` counts from the drop, or from the probe it missed.
-   */
-  listener: { listening: boolean; downForMs: number };
-  pool: { total: number; idle: number; waiting: number };
-  /** The handler slots of each queue this process handles (the same figures as `QueueStats.slots`). */
-  workers: { queue: string; busy: number; total: number }[];
-}
-
-/** `stats()`: this process's figures and the database's snapshot. */
-export interface EngineStats extends ProcessStats {
-  /** The window of `counts.recent`, in ms (the `recentWindowMs` option of `stats()`). */
-  recentWindowMs: number;
-  queues: QueueStats[];
-  database: { connections: number; lockWaits: number };
-}
-
-export interface JobRecord<T = unknown> {
-  id: string;
-  queue: string;
-  payload: T;
-  status: JobStatus;
-  priority: number;
-  availableAt: Date;
-  attemptCount: number;
-  maxAttempts: number | null;
-  leaseOwner: string | null;
-  leaseToken: string;
-  leaseExpiresAt: Date | null;
-  deadlineAt: Date | null;
-  claimedAt: Date | null;
-  heartbeatAt: Date | null;
-  releaseCount: number;
-  lastErrorCode: string | null;
-  lastErrorMessage: string | null;
-  createdAt: Date;
-  finishedAt: Date | null;
-}
-
-export interface JobEventRecord {
-  id: string;
-  at: Date;
-  kind: string;
-  fromStatus: JobStatus | null;
-  toStatus: JobStatus | null;
-  attempt: number | null;
-  leaseToken: string | null;
-  /** The process, for a worker's transitions. */
-  worker: string | null;
-  /** Who asked, for an operator's transitions (replay, cancel, discard). */
-  actor: string | null;
-  errorCode: string | null;
-  message: string | null;
-}
-
-export interface JobEffectRecord {
-  name: string;
-  idempotencyKey: string;
-  /** 'started' without 'confirmed' is an uncertain outcome: reconciled or retried by the next attempt. */
-  status: 'started' | 'confirmed';
-  result: unknown;
-  /** false: the effect happened but its result could not be stored (`result` is null); it is never called again. */
-  resultStored: boolean;
-  /** Calls (or reconciliations) started for this effect, over all attempts. */
-  attempts: number;
-  leaseToken: string;
-  startedAt: Date;
-  confirmedAt: Date | null;
-}
+// The records live in records.ts (the store maps rows to them); they are exported from here as before.
+export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
 
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
 const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
@@ -178,8 +59,6 @@ const IDLE_POOL_CONNECTION = 'Idle pool connection';
 const SCHEDULER_TOPIC = '*scheduled';
 /** NOTIFY topic of a cancelled running job (payload `*cancel:<id>`, sent by the cancel statement). */
 const CANCEL_TOPIC = '*cancel';
-/** Replays and purges work in bounded batches of at most this many jobs per call. */
-export const OPERATOR_BATCH_MAX = 1_000;
 const NEAR_EXPIRY_MS_DEFAULT = 5_000;
 /** The window of `stats()`'s recently finished counts: its cost is throughput × window. */
 const RECENT_WINDOW_MS_DEFAULT = 60_000;
@@ -194,14 +73,26 @@ const RECENT_WINDOW_MS_MAX = 86_400_000;
 export class PgQueue {
   readonly schema: string;
   readonly workerId: string;
+  /**
+   * @deprecated The engine's pool is internal: pass your own `pool` in the options to share one
+   * with your code. Kept for one minor version.
+   */
   readonly pool: pg.Pool;
-  readonly metrics = new EngineMetrics();
-  readonly reaper: Reaper;
-  readonly scheduler: Scheduler;
-  readonly notifier: Notifier;
-  readonly pruner: Pruner | undefined;
-  readonly keyHandoffs: KeyHandoffs;
-  private readonly queries: Queries;
+  /**
+   * @deprecated Read counters through `prometheus()` or OpenTelemetry, job events through
+   * `onJobEvent()`. Kept for one minor version, without `events$` (gone: use `onJobEvent`).
+   */
+  readonly metrics = new EngineMetrics((error) => this.logger.error(JOB_EVENT_LISTENER_FAILED(error)));
+  private readonly reaper: Reaper;
+  private readonly scheduler: Scheduler;
+  private readonly notifier: Notifier;
+  private readonly pruner: Pruner | undefined;
+  private readonly keyHandoffs: KeyHandoffs;
+  /** The maintenance services, started in this order and stopped in reverse. */
+  private readonly maintainer: Maintainer;
+  /** pause, resume, cancel, discard, replay, dead jobs: see operator.ts. */
+  private readonly operator: OperatorCalls;
+  private readonly store: Store;
   private readonly channel: string;
   private readonly ownsPool: boolean;
   private readonly producer: Producer;
@@ -226,6 +117,8 @@ export class PgQueue {
   private scrapeRead: Promise<EngineStats> | undefined;
   /** Whether the last scrape's read answered: an outage is logged once, not on every scrape. */
   private scrapeAnswered = true;
+  /** Off unless a test turned them on (see test-signals.ts). */
+  private testSignals: EngineTestSignals | undefined;
 
   constructor(given: PgQueueOptions) {
     if (given === null || typeof given !== 'object') {
@@ -273,7 +166,7 @@ export class PgQueue {
     this.callContext = { target: describeTarget((this.pool as unknown as { options: pg.ClientConfig }).options), statementTimeoutMs };
     let toldNameRefused = false;
     const { preparedStatements } = options;
-    this.queries = createQueries(this.schema, {
+    this.store = createStore(this.schema, {
       statementTimeoutMs,
       preparedStatements,
       // Once: through a transaction pooler nearly every statement would say it again.
@@ -292,18 +185,20 @@ export class PgQueue {
       ? { connectionString: options.listenConnectionString, application_name: 'nestjs-pg-queue:listen' }
       : { ...(this.pool as unknown as { options: pg.ClientConfig }).options, application_name: 'nestjs-pg-queue:listen' };
     // The probe goes the producers' way (the pool), so a listener that cannot hear them is caught.
-    const sendProbe = (payload: string) => run(this.pool, this.queries.notify, [channel, payload]);
+    const sendProbe = (payload: string) => this.store.notify(this.pool, { channel, payload });
     this.notifier = new Notifier(listenConfig, channel, sendProbe, this.logger, this.failures, options.notifier);
-    this.scheduler = new Scheduler(this.pool, this.queries, channel, this.failures, options.scheduler);
-    this.keyHandoffs = new KeyHandoffs(this.pool, this.queries, channel, this.failures, options.keyHandoffs);
+    this.scheduler = new Scheduler(this.pool, this.store, channel, this.failures, options.scheduler);
+    this.keyHandoffs = new KeyHandoffs(this.pool, this.store, channel, this.failures, options.keyHandoffs);
     const keysDeferred = () => this.keyHandoffs.wake();
     this.keysDeferred = keysDeferred;
-    this.reaper = new Reaper(this.pool, this.queries, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
-    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.queries, this.logger, this.failures, options.pruner);
-    this.completer = new Completer(this.pool, this.queries, this.workerId, channel, options.completer, keysDeferred);
+    this.reaper = new Reaper(this.pool, this.store, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
+    this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.store, this.logger, this.failures, options.pruner);
+    this.maintainer = new Maintainer([this.notifier, this.scheduler, this.keyHandoffs, this.reaper, ...(this.pruner ? [this.pruner] : [])]);
+    this.operator = new OperatorCalls({ db: this.pool, store: this.store, channel, keysDeferred });
+    this.completer = new Completer(this.pool, this.store, this.workerId, channel, options.completer, keysDeferred);
     this.producer = new Producer({
       db: this.pool,
-      queries: this.queries,
+      store: this.store,
       channel,
       maxPayloadBytes,
       schedulerTopic: SCHEDULER_TOPIC,
@@ -325,7 +220,7 @@ export class PgQueue {
         }
       }
       if (queues.length === 0) return;
-      await run(this.pool, this.queries.declareQueues, [[...queues]]);
+      await this.store.declareQueues(this.pool, { queues: [...queues] });
       for (const queue of queues) this.knownQueues.add(queue);
     });
   }
@@ -358,17 +253,20 @@ export class PgQueue {
       };
       this.pool.on('connect', databaseReachable);
       this.unsubscribe.push(() => this.pool.off('connect', databaseReachable));
-      await this.notifier.start();
+      // Before the listener starts, so no wake-up it hears is missed; waking a service that has
+      // not started yet does nothing (it runs a pass as it starts anyway).
       this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
       this.unsubscribe.push(
         this.notifier.subscribe(CANCEL_TOPIC, (jobId) => {
           for (const worker of this.workers.values()) worker.cancelled(jobId);
         }),
       );
-      this.scheduler.start();
-      this.keyHandoffs.start();
-      if (options.reaperTimer ?? true) this.reaper.start();
-      if (options.prunerTimer ?? true) this.pruner?.start();
+      const hosted = [
+        ...(options.hostedPasses ?? []),
+        ...(options.reaperTimer === false ? ['reaper'] : []),
+        ...(options.prunerTimer === false ? ['pruner'] : []),
+      ];
+      await this.maintainer.start(hosted);
       if (!withWorkers) return;
       for (const [queue, { handler, options: handlerOptions, hooks }] of this.handlers) {
         const worker = new Worker(
@@ -378,7 +276,7 @@ export class PgQueue {
           {
             db: this.pool,
             channel: this.channel,
-            queries: this.queries,
+            store: this.store,
             owner: this.workerId,
             completer: this.completer,
             metrics: this.metrics,
@@ -391,6 +289,7 @@ export class PgQueue {
           },
           hooks,
         );
+        worker.testSignals = this.testSignals?.worker;
         this.workers.set(queue, worker);
         this.unsubscribe.push(this.notifier.subscribe(queue, () => worker.wake()));
         worker.start();
@@ -413,7 +312,7 @@ export class PgQueue {
       if (!(await settlesWithin(this.completer.drained(), timeoutMs))) {
         this.logger.warn(`Completions still unwritten ${timeoutMs} ms into shutdown; the reaper will recover those jobs.`);
       }
-      await Promise.all([this.reaper.stop(), this.scheduler.stop(), this.keyHandoffs.stop(), this.pruner?.stop(), this.notifier.stop()]);
+      await this.maintainer.stop();
     }
     this.metrics.complete();
     this.failures.flush();
@@ -423,8 +322,72 @@ export class PgQueue {
     }
   }
 
+  /**
+   * Turns the services' test signals on (once; later calls return the same signals), for the
+   * tests' `testSignals(engine)` in lib/testing. Keyed by a symbol the package does not export.
+   */
+  [ENABLE_TEST_SIGNALS](): EngineTestSignals {
+    if (this.testSignals) return this.testSignals;
+    const signals = createEngineTestSignals();
+    this.testSignals = signals;
+    this.reaper.testSignals = signals.reaper;
+    this.scheduler.testSignals = signals.scheduler;
+    if (this.pruner) this.pruner.testSignals = signals.pruner;
+    this.keyHandoffs.testSignals = signals.keyHandoffs;
+    this.notifier.testSignals = signals.notifier;
+    this.completer.testSignals = signals.completer;
+    for (const worker of this.workers.values()) worker.testSignals = signals.worker;
+    return signals;
+  }
+
+  /**
+   * The fixed-interval maintenance passes (the reaper's, and the pruner's unless `pruner: false`),
+   * for a host that runs them on timers of its own: pass their names as `start({ hostedPasses })`
+   * and call `runOnce()` every `intervalMs`. Each `runOnce()` fails as the public calls do
+   * (DatabaseUnavailableError, DatabaseTimeoutError).
+   */
+  get hostablePasses(): readonly HostablePass[] {
+    return this.maintainer.hostablePasses((pass) => this.call(pass));
+  }
+
+  /**
+   * Registers a listener of what happens to jobs in this process (claimed, succeeded, failed,
+   * lease lost, released, reaped, heartbeat failed; never payloads). Returns the function that
+   * removes it. A listener that throws is logged, and the others still hear the event. `onClose`
+   * is called once when the engine stops (no event follows), at once if it has stopped already.
+   */
+  onJobEvent(listener: JobEventListener, onClose?: () => void): () => void {
+    if (typeof listener !== 'function') throw new InvalidOptionError('listener', 'it is not a function', 'Pass (event) => void.');
+    return this.metrics.onEvent(listener, onClose);
+  }
+
+  /** Jobs of `queue` this process holds (running, or claimed and waiting for a slot); 0 when it has no handler for it. */
+  inFlight(queue: string): number {
+    return this.workers.get(queue)?.inFlight ?? 0;
+  }
+
+  /** The resolved options of this process's handler of `queue`, or undefined when no worker of it runs here. */
+  handlerOptions(queue: string): Readonly<HandlerOptions> | undefined {
+    return this.workers.get(queue)?.options;
+  }
+
+  /** @deprecated Use `inFlight(queue)` or `handlerOptions(queue)`; the worker is internal. Kept for one minor version. */
   worker(queue: string): Worker | undefined {
     return this.workers.get(queue);
+  }
+
+  /** For tests of the engine only (see internals.ts): not part of the API. */
+  [ENGINE_INTERNALS](): EngineInternals {
+    return {
+      pool: this.pool,
+      metrics: this.metrics,
+      notifier: this.notifier,
+      reaper: this.reaper,
+      scheduler: this.scheduler,
+      pruner: this.pruner,
+      keyHandoffs: this.keyHandoffs,
+      worker: (queue) => this.workers.get(queue),
+    };
   }
 
   enqueue<T>(queue: string, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
@@ -439,29 +402,7 @@ export class PgQueue {
   getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {
     return this.call(async () => {
       if (!isJobId(id)) return undefined;
-      const [row] = await run<Record<string, never>>(this.pool, this.queries.getJob, [id]);
-      if (!row) return undefined;
-      return {
-        id: row.id,
-        queue: row.queue_name,
-        payload: row.payload,
-        status: row.status,
-        priority: row.priority,
-        availableAt: row.available_at,
-        attemptCount: row.attempt_count,
-        maxAttempts: row.max_attempts,
-        leaseOwner: row.lease_owner,
-        leaseToken: row.lease_token,
-        leaseExpiresAt: row.lease_expires_at,
-        deadlineAt: row.deadline_at,
-        claimedAt: row.claimed_at,
-        heartbeatAt: row.heartbeat_at,
-        releaseCount: row.release_count,
-        lastErrorCode: row.last_error_code,
-        lastErrorMessage: row.last_error_message,
-        createdAt: row.created_at,
-        finishedAt: row.finished_at,
-      };
+      return (await this.store.getJob(this.pool, { id })) as JobRecord<T> | undefined;
     });
   }
 
@@ -469,18 +410,7 @@ export class PgQueue {
   getJobEffects(id: string): Promise<JobEffectRecord[]> {
     return this.call(async () => {
       if (!isJobId(id)) return [];
-      const rows = await run<Record<string, never>>(this.pool, this.queries.jobEffects, [id]);
-      return rows.map((row) => ({
-        name: row.name,
-        idempotencyKey: row.idempotency_key,
-        status: row.status,
-        result: row.result,
-        resultStored: row.result_stored,
-        attempts: row.attempts,
-        leaseToken: row.lease_token,
-        startedAt: row.started_at,
-        confirmedAt: row.confirmed_at,
-      }));
+      return this.store.jobEffects(this.pool, { id });
     });
   }
 
@@ -488,20 +418,7 @@ export class PgQueue {
   getJobEvents(id: string): Promise<JobEventRecord[]> {
     return this.call(async () => {
       if (!isJobId(id)) return [];
-      const rows = await run<Record<string, never>>(this.pool, this.queries.jobEvents, [id]);
-      return rows.map((row) => ({
-        id: row.id,
-        at: row.at,
-        kind: row.kind,
-        fromStatus: row.from_status,
-        toStatus: row.to_status,
-        attempt: row.attempt,
-        leaseToken: row.lease_token,
-        worker: row.worker,
-        actor: row.actor,
-        errorCode: row.error_code,
-        message: row.message,
-      }));
+      return this.store.jobEvents(this.pool, { id });
     });
   }
 
@@ -511,11 +428,7 @@ export class PgQueue {
    */
   unfinished(queues: readonly string[], withinMs = 0): Promise<{ queue: string; status: JobStatus; count: number; ids: string[] }[]> {
     return this.call(async () => {
-      const rows = await run<{ queue_name: string; status: JobStatus; n: number; ids: string[] }>(this.pool, this.queries.unfinishedJobs, [
-        [...queues],
-        Math.max(0, Math.round(withinMs)),
-      ]);
-      return rows.map((r) => ({ queue: r.queue_name, status: r.status, count: r.n, ids: r.ids }));
+      return this.store.unfinishedJobs(this.pool, { queues: [...queues], withinMs: Math.max(0, Math.round(withinMs)) });
     });
   }
 
@@ -531,12 +444,12 @@ export class PgQueue {
 
   /** Stops claims of `queue` in every process; running jobs finish. */
   pauseQueue(queue: string): Promise<void> {
-    return this.call(() => this.setPaused(queue, true));
+    return this.call(() => this.operator.setPaused(queue, true));
   }
 
   /** Lets every process claim `queue` again, and wakes its workers. */
   resumeQueue(queue: string): Promise<void> {
-    return this.call(() => this.setPaused(queue, false));
+    return this.call(() => this.operator.setPaused(queue, false));
   }
 
   /**
@@ -544,7 +457,7 @@ export class PgQueue {
    * whichever process runs it) and its late completion is refused with the reason "cancelled".
    */
   cancel(id: string, note: OperatorNote = {}): Promise<void> {
-    return this.call(() => this.endJob(id, ['scheduled', 'pending', 'running'], 'cancelled', note, 'JOB_NOT_CANCELLABLE', 'cancelled'));
+    return this.call(() => this.operator.cancel(id, note));
   }
 
   /**
@@ -553,20 +466,7 @@ export class PgQueue {
    * deletion is recorded in `purges`.
    */
   discard(id: string, note: OperatorNote & { delete?: boolean } = {}): Promise<void> {
-    return this.call(async () => {
-      if (!note.delete) {
-        await this.endJob(id, ['dead'], 'discarded', note, 'JOB_NOT_DEAD', 'discarded');
-        return;
-      }
-      const [row] = await runReleasingKeys<{ removed: number; status: string | null } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.deleteJob, [
-        checkedId(id),
-        checkedActor(note.actor),
-        boundedNote(note.reason),
-      ], this.keysDeferred);
-      if (row?.removed === 1) return;
-      if (row?.status === null || row?.status === undefined) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
-      throw new JobStateError('JOB_NOT_FINISHED', `Job ${id} is ${row.status}: only succeeded, dead or cancelled jobs can be deleted. Cancel it first.`);
-    });
+    return this.call(() => this.operator.discard(id, note));
   }
 
   /**
@@ -574,31 +474,12 @@ export class PgQueue {
    * JOB_NOT_DEAD for a job in any other state.
    */
   replay(id: string, note: OperatorNote = {}): Promise<void> {
-    return this.call(async () => {
-      const [outcome] = await this.replayMany([id], note);
-      if (outcome?.replayed) return;
-      if (!outcome?.status) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
-      throw new JobStateError(
-        'JOB_NOT_DEAD',
-        `Job ${id} is ${outcome.status}, not dead: only dead jobs can be replayed.${outcome.status === 'pending' || outcome.status === 'scheduled' || outcome.status === 'running' ? ' It will run (or is running) anyway.' : ''}`,
-      );
-    });
+    return this.call(() => this.operator.replay(id, note));
   }
 
   /** Replays many dead jobs by id (at most OPERATOR_BATCH_MAX), reporting each one's outcome. */
   replayMany(ids: readonly string[], note: OperatorNote = {}): Promise<ReplayOutcome[]> {
-    return this.call(async () => {
-      if (ids.length > OPERATOR_BATCH_MAX) {
-        throw new InvalidOptionError('ids', `${ids.length} ids`, `Replay at most ${OPERATOR_BATCH_MAX} jobs per call.`);
-      }
-      const rows = await run<{ id: string; replayed: boolean; status: JobStatus | null }>(this.pool, this.queries.replay, [
-        ids.map(checkedId),
-        checkedActor(note.actor),
-        boundedNote(note.reason),
-        this.channel,
-      ]);
-      return rows.map((r) => ({ id: r.id, replayed: r.replayed, status: r.status ?? undefined }));
-    });
+    return this.call(() => this.operator.replayMany(ids, note));
   }
 
   /**
@@ -606,54 +487,12 @@ export class PgQueue {
    * at most `limit` (default 100, at most OPERATOR_BATCH_MAX). Fix the cause first.
    */
   replayDead(filter: { queue: string; errorCode?: string; limit?: number } & OperatorNote): Promise<ReplayOutcome[]> {
-    return this.call(async () => {
-      const limit = requireInteger('limit', filter.limit ?? 100, 1, OPERATOR_BATCH_MAX);
-      const page = await this.listDead({ queue: filter.queue, errorCode: filter.errorCode, limit });
-      if (page.jobs.length === 0) return [];
-      return this.replayMany(
-        page.jobs.map((j) => j.id),
-        filter,
-      );
-    });
+    return this.call(() => this.operator.replayDead(filter));
   }
 
   /** Dead jobs, oldest death first, by queue and error code, a page at a time. */
   listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
-    return this.call(async () => {
-      const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
-      let after: [string | null, string | null] = [null, null];
-      if (filter.cursor !== undefined) {
-        const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(filter.cursor);
-        if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
-        after = [match[1]!, match[2]!];
-      }
-      // One statement per filter, each walking its own index (see listDeadPage in sql.ts). A null
-      // filter is no filter, as undefined is.
-      const queue = filter.queue ?? null;
-      const code = filter.errorCode ?? null;
-      const [statement, filters] =
-        queue !== null && code !== null
-          ? [this.queries.listDeadOfQueueWithCode, [queue, code]]
-          : queue !== null
-            ? [this.queries.listDeadOfQueue, [queue]]
-            : code !== null
-              ? [this.queries.listDeadWithCode, [code]]
-              : [this.queries.listDead, []];
-      const rows = await run<Record<string, never>>(this.pool, statement, [...after, limit, ...filters]);
-      const jobs: DeadJobSummary[] = rows.map((r) => ({
-        id: r.id,
-        queue: r.queue_name,
-        priority: r.priority,
-        attemptCount: r.attempt_count,
-        maxAttempts: r.max_attempts,
-        lastErrorCode: r.last_error_code,
-        lastErrorMessage: r.last_error_message,
-        leaseToken: r.lease_token,
-        createdAt: r.created_at,
-        finishedAt: r.finished_at,
-      }));
-      return { jobs, nextCursor: jobs.length === limit ? (rows.at(-1)?.cursor as string | undefined) : undefined };
-    });
+    return this.call(() => this.operator.listDead(filter));
   }
 
   /**
@@ -661,27 +500,7 @@ export class PgQueue {
    * batch's ids in `purges`. The only way dead jobs are ever removed. Returns how many it removed.
    */
   purgeDead(filter: { olderThan: Date; queue?: string; batchSize?: number } & OperatorNote): Promise<number> {
-    return this.call(async () => {
-      if (!(filter.olderThan instanceof Date) || !Number.isFinite(filter.olderThan.getTime())) {
-        throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
-      }
-      const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
-      // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in sql.ts).
-      const queue = filter.queue ?? null;
-      const [statement, ofQueue] = queue === null ? [this.queries.purgeDead, []] : [this.queries.purgeDeadOfQueue, [queue]];
-      let removed = 0;
-      for (;;) {
-        const [row] = await runReleasingKeys<{ removed: number } & ReleasedKeys>(this.pool, this.queries, this.channel, statement, [
-          filter.olderThan,
-          batchSize,
-          checkedActor(filter.actor),
-          boundedNote(filter.reason),
-          ...ofQueue,
-        ], this.keysDeferred);
-        removed += row?.removed ?? 0;
-        if ((row?.removed ?? 0) < batchSize) return removed;
-      }
-    });
+    return this.call(() => this.operator.purgeDead(filter));
   }
 
   /**
@@ -693,34 +512,18 @@ export class PgQueue {
     return this.call(async () => {
       const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
       const recentWindowMs = requireInteger('recentWindowMs', options.recentWindowMs ?? RECENT_WINDOW_MS_DEFAULT, 1, RECENT_WINDOW_MS_MAX);
-      const [queues, [database]] = await Promise.all([
-        run<Record<string, never>>(this.pool, this.queries.queueStats, [nearExpiryMs, recentWindowMs]),
-        run<{ connections: number; lock_waits: number }>(this.pool, this.queries.databaseStats, []),
+      const [queues, database] = await Promise.all([
+        this.store.queueStats(this.pool, { nearExpiryMs, recentWindowMs }),
+        this.store.databaseStats(this.pool),
       ]);
       return {
         ...this.processStats(),
         recentWindowMs,
         queues: queues.map((q) => {
           const worker = this.workers.get(q.queue);
-          return {
-            queue: q.queue,
-            paused: q.paused_at !== null,
-            pausedAt: q.paused_at,
-            counts: {
-              scheduled: q.scheduled,
-              pending: q.pending,
-              running: q.running,
-              dead: q.dead,
-              recent: { succeeded: q.recent_succeeded, cancelled: q.recent_cancelled },
-            },
-            oldestClaimableAgeMs: q.oldest_claimable_age_ms,
-            oldestDeadAgeMs: q.oldest_dead_age_ms,
-            runningNearExpiry: q.running_near_expiry,
-            blockedKeys: q.blocked_keys,
-            slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined,
-          };
+          return { ...q, slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined };
         }),
-        database: { connections: database?.connections ?? 0, lockWaits: database?.lock_waits ?? 0 },
+        database,
       };
     });
   }
@@ -787,37 +590,9 @@ export class PgQueue {
     return renderPrometheus(this.metrics, this.processStats());
   }
 
-  private async setPaused(queue: string, paused: boolean): Promise<void> {
-    const rows = await run(this.pool, this.queries.setQueuePaused, [queue, paused, this.channel]);
-    if (rows.length === 0) throw new JobStateError('QUEUE_NOT_FOUND', `Queue "${String(queue).slice(0, 128)}" is not declared; nothing to ${paused ? 'pause' : 'resume'}.`);
-  }
-
-  private async endJob(
-    id: string,
-    allowed: JobStatus[],
-    kind: string,
-    note: OperatorNote,
-    refusal: 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_DEAD',
-    verb: string,
-  ): Promise<void> {
-    const [row] = await runReleasingKeys<{ previous_status: string; applied: boolean } & ReleasedKeys>(this.pool, this.queries, this.channel, this.queries.cancel, [
-      checkedId(id),
-      allowed,
-      kind,
-      checkedActor(note.actor),
-      boundedNote(note.reason),
-      this.channel,
-    ], this.keysDeferred);
-    if (!row) throw new JobStateError('JOB_NOT_FOUND', `Job ${id} does not exist.`);
-    if (!row.applied) {
-      throw new JobStateError(refusal, `Job ${id} is ${row.previous_status}: only ${allowed.join(', ')} jobs can be ${verb}.`);
-    }
-  }
-
   private async isKnownQueue(queue: string, db: Queryable = this.pool): Promise<boolean> {
     if (this.knownQueues.has(queue)) return true;
-    const rows = await run<{ name: string }>(db, this.queries.listQueues, []);
-    for (const row of rows) this.knownQueues.add(row.name);
+    for (const name of await this.store.listQueues(db)) this.knownQueues.add(name);
     return this.knownQueues.has(queue);
   }
 }
@@ -825,31 +600,4 @@ export class PgQueue {
 function isPool(value: unknown): value is pg.Pool {
   const pool = value as Partial<Record<'connect' | 'query' | 'end' | 'on', unknown>> | null;
   return typeof pool === 'object' && pool !== null && ['connect', 'query', 'end', 'on'].every((m) => typeof pool[m as 'connect'] === 'function');
-}
-
-/** A job id: the decimal string of a positive PostgreSQL bigint. */
-function isJobId(id: unknown): id is string {
-  return typeof id === 'string' && /^[1-9]\d{0,18}$/.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n;
-}
-
-function checkedId(id: string): string {
-  if (!isJobId(id)) {
-    throw new InvalidOptionError('id', `${JSON.stringify(String(id).slice(0, 40))} is not a job id`, 'Job ids are the decimal strings enqueue returned.');
-  }
-  return id;
-}
-
-/** Who asked: stored as given (never shortened, an identity cut short would mislead), so it must fit. */
-function checkedActor(actor: string | undefined): string | null {
-  if (actor === undefined) return null;
-  if (typeof actor !== 'string' || actor.length === 0 || actor.length > 200) {
-    throw new InvalidOptionError('actor', `${JSON.stringify(String(actor).slice(0, 40))}… is not 1-200 characters`, 'Pass a short identity (a user name or id, a service name).');
-  }
-  return actor;
-}
-
-/** Operator notes are stored with the history: bounded, like error messages. */
-function boundedNote(text: string | undefined): string | null {
-  if (text === undefined) return null;
-  return text.length > 1_000 ? `${text.slice(0, 999)}…` : text;
 }

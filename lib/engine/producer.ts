@@ -1,9 +1,9 @@
 import { describe } from './config.js';
-import { run, type Queryable } from './db.js';
+import type { Queryable } from './db.js';
 import { InvalidJobError } from './errors.js';
 import { isQueueName } from './identifiers.js';
-import type { Queries } from './sql.js';
-import { captureTraceContext, type TraceCarrier } from './tracing.js';
+import type { EnqueueRow, Store } from './store/index.js';
+import { captureTraceContext } from './tracing.js';
 
 export interface EnqueueOptions {
   /** Higher runs first among due jobs, from -1000 to 1000 (default 0). A preference, not FIFO. */
@@ -44,22 +44,9 @@ const PRIORITY_MIN = -1000;
 const PRIORITY_MAX = 1000;
 const INT32_MAX = 2_147_483_647;
 
-interface EnqueueRow {
-  q: string;
-  /** The payload's JSON text, spliced into the batch document as it is (no second serialisation). */
-  json: string;
-  pr: number;
-  at: string | null;
-  d: number | null;
-  ma: number | null;
-  mr: number | null;
-  tc: TraceCarrier | null;
-  k: string | null;
-}
-
 export interface ProducerDeps {
   readonly db: Queryable;
-  readonly queries: Queries;
+  readonly store: Store;
   readonly channel: string;
   readonly maxPayloadBytes: number;
   /** Payload of the NOTIFY that wakes schedulers. */
@@ -91,12 +78,7 @@ export class Producer {
         );
       }
     }
-    const result = await run<{ id: string }>(call.client ?? this.deps.db, this.deps.queries.enqueue, [
-      toBatchDocument(rows),
-      this.deps.channel,
-      this.deps.schedulerTopic,
-    ]);
-    return result.map((r) => r.id);
+    return this.deps.store.enqueue(call.client ?? this.deps.db, { jobs: rows, channel: this.deps.channel, schedulerTopic: this.deps.schedulerTopic });
   }
 
   private toRow(job: JobToEnqueue, where: string): EnqueueRow {
@@ -153,10 +135,6 @@ export class Producer {
       k: orderingKey ?? null,
     };
   }
-}
-
-function toBatchDocument(rows: readonly EnqueueRow[]): string {
-  return `[${rows.map(({ json, ...fields }) => `{"p":${json},${JSON.stringify(fields).slice(1)}`).join(',')}]`;
 }
 
 /**

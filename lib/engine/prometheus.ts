@@ -1,5 +1,5 @@
 import type { CounterName, EngineMetrics, HistogramName, Labels } from './metrics.js';
-import type { EngineStats, ProcessStats } from './pg-queue.js';
+import type { EngineStats, ProcessStats } from './records.js';
 import type { FinishedJobStatus, LiveJobStatus } from './types.js';
 
 /** How long a scrape waits for the database's snapshot (`PgQueue.prometheus()`): under Prometheus's default scrape timeout of 10 s. */

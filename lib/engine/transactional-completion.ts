@@ -1,16 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type pg from 'pg';
 import { requireInteger } from './config.js';
-import { promoteReleasedKeys, run, transaction, type Queryable, type ReleasedKeys } from './db.js';
+import type { Queryable } from './db.js';
 import { HandlerUsageError, RetryableJobError } from './errors.js';
-import { fenceLossReason, type Lease } from './lease.js';
+import type { Lease } from './lease.js';
 import { sqlState } from './pg-errors.js';
-import type { Queries } from './sql.js';
+import { transaction, type FencedOutcome, type Store } from './store/index.js';
 import type { CompleteOptions } from './types.js';
 
 export const LOCK_TIMEOUT_DEFAULT_MS = 5_000;
 
-/** How often a completion whose row someone else holds looks again (see lockFence in sql.ts). */
+/** How often a completion whose row someone else holds looks again (see lockFence in store/fence.ts). */
 const LOCK_RETRY_MS = 20;
 
 /**
@@ -36,21 +35,22 @@ export async function completeInTransaction<R>(lease: Lease, work: (tx: Queryabl
   if (lease.completion !== undefined) throw lease.lostError('finished');
   if (lease.lost) throw lease.lostError(lease.lost);
   const lockTimeoutMs = requireInteger('lockTimeoutMs', options.lockTimeoutMs ?? LOCK_TIMEOUT_DEFAULT_MS, 1, 600_000);
-  const { queries, owner, channel } = lease.deps;
-  const { id, leaseToken } = lease.job;
+  const { store, channel } = lease.deps;
+  const { id } = lease.job;
+  const fenceKey = lease.fenceKey;
+  /** A fenced step was refused: the lease is lost, and the refusal is recorded once the handler settles. */
+  const refused = (outcome: FencedOutcome & { ok: false }) => {
+    lease.lossToRecord = true;
+    lease.markLost(outcome.reason, 'complete');
+    return lease.lostError(outcome.reason);
+  };
 
   const inTransaction = async (tx: Queryable): Promise<R> => {
     const lockUntil = performance.now() + lockTimeoutMs;
     for (;;) {
-      const [lock] = await run<{ locked: string | null }>(tx, queries.lockFence, [id, owner, leaseToken]);
-      if (lock?.locked != null) break;
-      const [loss] = await run<{ loss: string; owned: boolean }>(tx, queries.fenceLoss, [id, leaseToken, owner]);
-      if (!loss?.owned) {
-        const reason = fenceLossReason(loss?.loss ?? 'LEASE_LOST');
-        lease.lossToRecord = true;
-        lease.markLost(reason, 'complete');
-        throw lease.lostError(reason);
-      }
+      if ((await store.lockFence(tx, fenceKey)).locked) break;
+      const fence = await store.fenceLoss(tx, fenceKey);
+      if (!fence.owned) throw refused({ ok: false, reason: fence.reason });
       // Still ours, but someone holds the row (an operator's cancellation deciding first).
       if (performance.now() >= lockUntil) {
         throw new RetryableJobError(`Job ${id}: its row stayed locked for ${lockTimeoutMs} ms (an operator's cancellation?); nothing was written.`, {
@@ -67,22 +67,18 @@ export async function completeInTransaction<R>(lease: Lease, work: (tx: Queryabl
     } finally {
       lease.openTransaction = undefined;
     }
-    const [done] = await run<{ applied: boolean; loss: string } & ReleasedKeys>(tx, queries.completeMany, [[id], [leaseToken], owner]);
-    if (!done?.applied) {
-      // We hold the row, so only time can refuse it now: the lease ran out during the work (by
-      // the database's clock). The work rolls back with the refusal.
-      const reason = fenceLossReason(done?.loss ?? 'LEASE_LOST');
-      lease.lossToRecord = true;
-      lease.markLost(reason, 'complete');
-      throw lease.lostError(reason);
-    }
+    const done = await store.completeMany(tx, { ids: [fenceKey.id], tokens: [fenceKey.token], owner: fenceKey.owner });
+    const outcome: FencedOutcome = done.rows[0] ?? { ok: false, reason: 'lease_lost' };
+    // We hold the row, so only time can refuse it now: the lease ran out during the work (by
+    // the database's clock). The work rolls back with the refusal.
+    if (!outcome.ok) throw refused(outcome);
     // Told once the transaction commits (the worker does, after the handler settles).
-    if (await promoteReleasedKeys(tx, queries, channel, done)) lease.keysDeferred = true;
+    if (await store.promoteReleasedKeys(tx, channel, done.keys)) lease.keysDeferred = true;
     return result;
   };
 
   if (options.client) {
-    await requireTransaction(options.client, queries, id);
+    await requireTransaction(options.client, store, id);
     // Its heartbeats hold only if the caller commits, which nothing here learns: the local lease
     // keeps its last committed length (the conservative side).
     const result = await inTransaction(options.client).finally(() => lease.dropRenewal());
@@ -92,7 +88,7 @@ export async function completeInTransaction<R>(lease: Lease, work: (tx: Queryabl
   }
   let result: R;
   try {
-    result = await transaction(lease.deps.db, inTransaction, queries);
+    result = await transaction(lease.deps.db, inTransaction, store);
   } catch (error) {
     lease.dropRenewal();
     throw error;
@@ -102,12 +98,10 @@ export async function completeInTransaction<R>(lease: Lease, work: (tx: Queryabl
   return result;
 }
 
-/** A caller's client must be inside a transaction block (see requireTransaction in sql.ts). */
-async function requireTransaction(client: Queryable, queries: Queries, jobId: string): Promise<void> {
-  // By its text, not its name: two statements cannot be one prepared statement.
-  const { text, query_timeout } = queries.requireTransaction;
+/** A caller's client must be inside a transaction block (see requireTransaction in store/fence.ts). */
+async function requireTransaction(client: Queryable, store: Store, jobId: string): Promise<void> {
   try {
-    await client.query({ text, query_timeout } as pg.QueryConfig);
+    await store.requireTransaction(client);
   } catch (error) {
     if (sqlState(error) !== '25P01') throw error;
     throw new HandlerUsageError(

@@ -1,17 +1,17 @@
 import { performance } from 'node:perf_hooks';
 import { integer, nested, number, resolveSection, section, type Section } from './config.js';
 import type pg from 'pg';
-import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
 import { InvalidOptionError, RetryableJobError, type FenceLossReason } from './errors.js';
 import type { Completer } from './completer.js';
-import { fenceLossReason, Lease, type ClaimedRow } from './lease.js';
+import { Lease } from './lease.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 import type { EngineMetrics } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
 import { whileLeaseLasts } from './retrying.js';
-import type { Queries } from './sql.js';
-import { settlesWithin } from './service.js';
+import type { ClaimedJob, Store } from './store/index.js';
+import type { AttemptOutcome, WorkerTestSignals } from './test-signals.js';
+import { settlesWithin } from './settles-within.js';
 import { runInJobSpan } from './tracing.js';
 import type { BackoffOptions, HandlerOptions, JobHandlerFn } from './types.js';
 
@@ -74,7 +74,7 @@ export interface WorkerDeps {
   readonly db: pg.Pool;
   /** The NOTIFY channel of the schema. */
   readonly channel: string;
-  readonly queries: Queries;
+  readonly store: Store;
   readonly owner: string;
   readonly completer: Completer;
   readonly metrics: EngineMetrics;
@@ -153,6 +153,8 @@ export class Worker {
   private nudge: (() => void) | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private loop: Promise<void> | undefined;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: WorkerTestSignals | undefined;
 
   constructor(
     readonly queue: string,
@@ -317,19 +319,19 @@ export class Worker {
     this.fairCredit -= oldestFirst;
     const requestedAt = performance.now();
     const wakeupsBefore = this.wakeups;
-    let rows: ClaimedRow[];
+    let rows: ClaimedJob[];
     try {
-      rows = await run<ClaimedRow>(this.deps.db, this.deps.queries.claim, [
-        this.queue,
-        this.deps.owner,
+      rows = await this.deps.store.claim(this.deps.db, {
+        queue: this.queue,
+        owner: this.deps.owner,
         limit,
         leaseMs,
         maxRuntimeMs,
         maxAttempts,
-        backoff.baseMs,
-        backoff.maxMs,
+        backoffBaseMs: backoff.baseMs,
+        backoffMaxMs: backoff.maxMs,
         oldestFirst,
-      ]);
+      });
     } catch (error) {
       const reason = (error as Error).message;
       this.deps.failures.failed(this.claimKind, reason, 'error', `${this.claimKind} failed: ${reason}. Retrying at the next poll.`);
@@ -344,7 +346,7 @@ export class Worker {
       // Claimed while stop() was already handing jobs back (it does not wait for a claim forever):
       // these go back too, attempt not charged.
       for (const row of rows) {
-        const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
+        const lease = new Lease(row, this.deps.store.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
         lease.dispose();
         this.track(this.release(lease, false));
       }
@@ -354,13 +356,14 @@ export class Worker {
     this.moreWork = rows.length === limit || this.wakeups !== wakeupsBefore;
     this.hooks.claimed?.(rows.length);
     for (const row of rows) {
-      const lease = new Lease(row, this.deps.queries.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
+      const lease = new Lease(row, this.deps.store.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
       this.deps.metrics.increment('jobs_claimed', { queue: this.queue });
-      this.deps.metrics.observe('claim_wait_seconds', Math.max(0, row.waited_ms) / 1_000, { queue: this.queue });
+      this.deps.metrics.observe('claim_wait_seconds', Math.max(0, row.waitedMs) / 1_000, { queue: this.queue });
       this.deps.metrics.emit({ type: 'claimed', queue: this.queue, jobId: lease.job.id, attempt: lease.job.attempt, leaseToken: lease.job.leaseToken });
       this.buffered.push(lease);
     }
     this.dispatch();
+    this.testSignals?.batchClaimed.signal({ queue: this.queue, jobIds: rows.map((row) => row.id) });
   }
 
   private dispatch(): void {
@@ -392,6 +395,7 @@ export class Worker {
       lease.dispose();
       if (lease.lost === 'cancelled' || lease.abortCode === 'CANCELLED') this.track(this.endCancelled(lease));
       else if (lease.abortCode === 'SHUTDOWN') this.track(this.release(lease, false));
+      else if (lease.abortCode !== 'LEASE_EXPIRED') this.ended(lease, 'lost'); // LEASE_EXPIRED: startAttempt released it
       this.dispatch();
       this.poke();
       return;
@@ -403,17 +407,13 @@ export class Worker {
   private async startAttempt(lease: Lease): Promise<void> {
     const requestedAt = performance.now();
     try {
-      const [row] = await run<{ lease_ms_left: number | null; lease_at_deadline: boolean | null; deadline_at: Date | null; loss: string }>(
-        this.deps.db,
-        this.deps.queries.startAttempt,
-        [lease.job.id, this.deps.owner, lease.job.leaseToken, this.options.leaseMs],
-      );
-      if (row && row.lease_ms_left !== null) {
-        lease.renewed(requestedAt, row.lease_ms_left, row.lease_at_deadline === true);
-        if (row.deadline_at) lease.startsWithDeadline(row.deadline_at);
+      const outcome = await this.deps.store.startAttempt(this.deps.db, { ...lease.fenceKey, leaseMs: this.options.leaseMs });
+      if (outcome.ok) {
+        lease.renewed(requestedAt, outcome.leaseMsLeft, outcome.leaseAtDeadline);
+        if (outcome.deadlineAt) lease.startsWithDeadline(outcome.deadlineAt);
         return;
       }
-      lease.markLost(fenceLossReason(row?.loss ?? 'LEASE_LOST'), 'start');
+      lease.markLost(outcome.reason, 'start');
     } catch (error) {
       // Not renewed (the database is away): start on what is left if that is still of use, else
       // give the job back without charging the attempt.
@@ -459,7 +459,7 @@ export class Worker {
     }
     if (lease.completion === 'client') return this.afterClientCompletion(lease, outcome, startedAt);
     if (lease.lost === 'cancelled') return this.endCancelled(lease);
-    if (lease.lost) return;
+    if (lease.lost) return this.ended(lease, 'lost');
     // Cancelled while it ran (the NOTIFY, or the lease check): the outcome's write is refused as
     // "cancelled" (and recorded: the handler finished after its cancel), then the attempt ends.
     return outcome.ok ? this.complete(lease, startedAt) : this.fail(lease, outcome.error);
@@ -479,14 +479,12 @@ export class Worker {
    * then the attempt failed like any other, with the handler's error if it threw.
    */
   private async afterClientCompletion(lease: Lease, outcome: Outcome, startedAt: number): Promise<void> {
-    const [row] = await whileLeaseLasts(lease, () =>
-      run<{ loss: string; status: string | null; owned: boolean }>(this.deps.db, this.deps.queries.fenceLoss, [lease.job.id, lease.job.leaseToken, this.deps.owner]),
-    );
-    if (row?.loss === 'FINISHED' && row.status === 'succeeded') {
+    const fence = await whileLeaseLasts(lease, () => this.deps.store.fenceLoss(this.deps.db, lease.fenceKey));
+    if (fence.finishedByThisClaim) {
       if (!outcome.ok) this.deps.logger.warn(`Job ${lease.job.id} (queue "${this.queue}") threw after its ctx.complete() transaction committed; it stays succeeded.`);
       return this.succeeded(lease, startedAt);
     }
-    if (row?.owned) {
+    if (fence.owned) {
       const error = outcome.ok
         ? new RetryableJobError(
             `Job ${lease.job.id}: the handler returned after ctx.complete({ client }), but its transaction did not commit (it was rolled back, or is still open). Commit it before the handler returns.`,
@@ -495,9 +493,9 @@ export class Worker {
         : outcome.error;
       return this.fail(lease, error);
     }
-    const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
-    lease.markLost(reason, 'complete');
-    if (reason === 'cancelled') return this.endCancelled(lease);
+    lease.markLost(fence.reason, 'complete');
+    if (fence.reason === 'cancelled') return this.endCancelled(lease);
+    this.ended(lease, 'lost');
   }
 
   /**
@@ -546,15 +544,15 @@ export class Worker {
     if (leases.length === 0) return;
     this.checking = true;
     try {
-      const rows = await run<{ id: string; token: string; loss: string }>(this.deps.db, this.deps.queries.checkLeases, [
-        leases.map((l) => l.job.id),
-        leases.map((l) => l.job.leaseToken),
-        this.deps.owner,
-      ]);
+      const rows = await this.deps.store.checkLeases(this.deps.db, {
+        ids: leases.map((l) => l.job.id),
+        tokens: leases.map((l) => l.job.leaseToken),
+        owner: this.deps.owner,
+      });
       for (const row of rows) {
         const lease = leases.find((l) => l.job.id === row.id && l.job.leaseToken === row.token);
         if (!lease) continue;
-        const reason = fenceLossReason(row.loss);
+        const { reason } = row;
         if (reason === 'cancelled') this.cancelled(lease.job.id);
         else this.disown(lease, reason);
       }
@@ -575,6 +573,7 @@ export class Worker {
     if (waiting !== -1) {
       this.buffered.splice(waiting, 1);
       lease.dispose();
+      this.ended(lease, 'lost');
       return;
     }
     lease.abort('LEASE_LOST', `the worker no longer owns the job (${reason})`);
@@ -585,6 +584,7 @@ export class Worker {
     if (!outcome.applied) {
       lease.markLost(outcome.reason, 'complete');
       if (outcome.reason === 'cancelled') await this.endCancelled(lease);
+      else this.ended(lease, 'lost');
       return;
     }
     this.succeeded(lease, startedAt);
@@ -594,31 +594,24 @@ export class Worker {
     this.deps.metrics.increment('jobs_succeeded', { queue: this.queue });
     this.deps.metrics.observe('completion_latency_seconds', (performance.now() - lease.claimedAt) / 1_000, { queue: this.queue });
     this.deps.metrics.emit({ type: 'succeeded', queue: this.queue, jobId: lease.job.id, durationMs: performance.now() - startedAt });
+    this.ended(lease, 'succeeded');
   }
 
   private async fail(lease: Lease, error: unknown): Promise<void> {
-    if (lease.lost) return;
+    if (lease.lost) return this.ended(lease, 'lost');
     const abortCode = lease.abortCode;
     if (abortCode === 'SHUTDOWN') return this.release(lease, true);
     const failure = classifyFailure(error, abortCode);
     const { maxAttempts, unknownErrorAttempts, backoff } = this.options;
     const decision = decideRetry(failure, lease.job.attempt, lease.job.maxAttempts ?? maxAttempts, unknownErrorAttempts, backoff);
-    const [row] = await whileLeaseLasts(lease, () =>
-      run<{ applied: number; loss: string; already: boolean | null }>(this.deps.db, this.deps.queries.fail, [
-        lease.job.id,
-        this.deps.owner,
-        lease.job.leaseToken,
-        decision.dead,
-        decision.delayMs,
-        failure.code,
-        failure.message,
-      ]),
+    // Applied, or `already`: a try whose reply was lost had committed (the retry finds its history row).
+    const outcome = await whileLeaseLasts(lease, () =>
+      this.deps.store.fail(this.deps.db, { ...lease.fenceKey, dead: decision.dead, delayMs: decision.delayMs, code: failure.code, message: failure.message }),
     );
-    // `already`: a try whose reply was lost had committed (the retry finds its history row).
-    if (!row || (row.applied !== 1 && !row.already)) {
-      const reason = fenceLossReason(row?.loss ?? 'LEASE_LOST');
-      lease.markLost(reason, 'fail');
-      if (reason === 'cancelled') await this.endCancelled(lease);
+    if (!outcome.ok) {
+      lease.markLost(outcome.reason, 'fail');
+      if (outcome.reason === 'cancelled') await this.endCancelled(lease);
+      else this.ended(lease, 'lost');
       return;
     }
     this.deps.metrics.increment(decision.dead ? 'jobs_dead' : 'jobs_retried', { queue: this.queue, code: failure.code, attempt: lease.job.attempt });
@@ -631,46 +624,42 @@ export class Worker {
       dead: decision.dead,
       delayMs: decision.delayMs,
     });
+    this.ended(lease, decision.dead ? 'dead' : 'retried');
   }
 
   private async release(lease: Lease, started: boolean): Promise<void> {
     lease.dispose();
-    if (lease.lost) return;
-    const [row] = await whileLeaseLasts(lease, () =>
-      run<{ applied: number; already: boolean | null }>(this.deps.db, this.deps.queries.release, [
-        lease.job.id,
-        this.deps.owner,
-        lease.job.leaseToken,
-        started,
-        this.deps.maxFreeReleases,
-      ]),
+    if (lease.lost) return this.ended(lease, 'lost');
+    const outcome = await whileLeaseLasts(lease, () =>
+      this.deps.store.release(this.deps.db, { ...lease.fenceKey, started, maxFreeReleases: this.deps.maxFreeReleases }),
     );
-    if (!row || (row.applied !== 1 && !row.already)) {
-      lease.markLost('lease_lost', 'release');
+    if (!outcome.ok) {
+      lease.markLost(outcome.reason, 'release');
+      this.ended(lease, 'lost');
       return;
     }
     this.deps.metrics.increment('jobs_released', { queue: this.queue });
     this.deps.metrics.emit({ type: 'released', queue: this.queue, jobId: lease.job.id });
+    this.ended(lease, 'released');
   }
 
   /** A cancelled job's attempt is over: it lets go of its lease and of its ordering key. */
   private async endCancelled(lease: Lease): Promise<void> {
     await whileLeaseLasts(lease, () =>
-      runReleasingKeys<{ ended: number } & ReleasedKeys>(
-        this.deps.db,
-        this.deps.queries,
-        this.deps.channel,
-        this.deps.queries.endCancelledAttempt,
-        [lease.job.id, this.deps.owner, lease.job.leaseToken],
-        this.deps.keysDeferred,
-      ),
+      this.deps.store.releasingKeys(this.deps.db, this.deps.channel, (db) => this.deps.store.endCancelledAttempt(db, lease.fenceKey), this.deps.keysDeferred),
     );
+    this.ended(lease, 'cancelled');
+  }
+
+  /** The attempt is over for this worker (a test signal; nothing when signals are off). */
+  private ended(lease: Lease, outcome: AttemptOutcome): void {
+    this.testSignals?.attemptEnded.signal({ queue: this.queue, jobId: lease.job.id, outcome });
   }
 
   /** Records a refusal that no statement recorded (see Lease.lossToRecord). */
   private async recordLoss(lease: Lease): Promise<void> {
     lease.lossToRecord = false;
-    await run(this.deps.db, this.deps.queries.recordFenceLoss, [lease.job.id, lease.job.leaseToken, this.deps.owner]);
+    await this.deps.store.recordFenceLoss(this.deps.db, lease.fenceKey);
   }
 
   /** Keeps a write's promise until it settles, so stop() can wait for it; logs its failure. */

@@ -1,8 +1,6 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
-import { HANDLER_DEFAULTS, InvalidOptionError, PgQueue, type HandlerOptions, type Job, type JobContext } from '../engine/index.js';
-import { isQueueName } from '../engine/identifiers.js';
-import { resolveHandlerOptions } from '../engine/worker.js';
+import { HANDLER_DEFAULTS, InvalidOptionError, isQueueName, PgQueue, resolveHandlerOptions, type HandlerOptions, type Job, type JobContext } from '../engine/index.js';
 import type { JobHandlerMetadata, PgQueueModuleOptions } from '../interfaces/index.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PG_QUEUE_MODULE_OPTIONS } from '../pg-queue.constants.js';
 import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, HANDLERS_FOUND, NON_STATIC_HANDLER } from '../pg-queue.messages.js';

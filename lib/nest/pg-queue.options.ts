@@ -1,7 +1,22 @@
-import { boolean, nested, opaque, resolveSection, section, timerMs, type Section, type Warn } from '../engine/config.js';
-import { HEALTH_DEFAULTS, InvalidOptionError, PgQueue, PROMETHEUS_TIMEOUT_DEFAULT_MS, type EngineLogger, type HandlerOptions, type PgQueueOptions } from '../engine/index.js';
-import { isQueueName } from '../engine/identifiers.js';
-import { ENGINE_OPTIONS } from '../engine/options.js';
+import {
+  boolean,
+  ENGINE_OPTIONS,
+  HEALTH_DEFAULTS,
+  InvalidOptionError,
+  isQueueName,
+  nested,
+  opaque,
+  PgQueue,
+  PROMETHEUS_TIMEOUT_DEFAULT_MS,
+  resolveSection,
+  section,
+  timerMs,
+  type EngineLogger,
+  type HandlerOptions,
+  type PgQueueOptions,
+  type Section,
+  type Warn,
+} from '../engine/index.js';
 import type { JobHandlerOptions, PgQueueHealthOptions, PgQueueMetricsOptions, PgQueueModuleOptions } from '../interfaces/index.js';
 import { HEALTH_TIMEOUT_DEFAULT_MS, SHUTDOWN_TIMEOUT_DEFAULT_MS } from '../pg-queue.constants.js';
 
@@ -9,8 +24,6 @@ import { HEALTH_TIMEOUT_DEFAULT_MS, SHUTDOWN_TIMEOUT_DEFAULT_MS } from '../pg-qu
 export interface ModuleRuntimeConfig {
   readonly processing: boolean;
   readonly shutdownTimeoutMs: number;
-  /** The reaper's interval (`reaper.intervalMs`), for the interval the orchestrator registers. */
-  readonly reaperIntervalMs: number;
   readonly queues: readonly string[];
   /** The health indicator's thresholds, defaults applied. */
   readonly health: ResolvedHealthOptions;
@@ -87,7 +100,6 @@ export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | 
   return {
     processing: resolved.processing,
     shutdownTimeoutMs: resolved.shutdownTimeoutMs,
-    reaperIntervalMs: (resolved.reaper as { intervalMs: number }).intervalMs,
     queues: [...new Set(queues)],
     health: resolved.health as ResolvedHealthOptions,
     metrics: resolved.metrics as ResolvedMetricsOptions,

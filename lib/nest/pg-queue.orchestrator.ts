@@ -8,29 +8,29 @@ import {
 } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { SchedulerRegistry } from '@nestjs/schedule';
-import { PgQueue } from '../engine/index.js';
-import { LogThrottle } from '../engine/log-throttle.js';
-import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PRUNER_INTERVAL_NAME, REAPER_INTERVAL_NAME } from '../pg-queue.constants.js';
+import { LogThrottle, PgQueue, type HostablePass } from '../engine/index.js';
+import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, passIntervalName } from '../pg-queue.constants.js';
 import { PASS_FAILED, PROCESSING_DISABLED, SCHEDULE_MODULE_MISSING, START_FAILED, STARTED, STOPPED, STOPPING } from '../pg-queue.messages.js';
 import { PgQueueExplorer } from './pg-queue.explorer.js';
 import { PG_QUEUE_RUNTIME_CONFIG } from './pg-queue.providers.js';
 import type { ModuleRuntimeConfig } from './pg-queue.options.js';
 import { findSchedulerRegistry } from './scheduler-registry.js';
 
-/** A periodic maintenance pass of the engine, run from SchedulerRegistry instead of its own timer. */
+/** A fixed-interval pass of the engine, run from SchedulerRegistry instead of its own timer. */
 interface MaintenancePass {
+  /** Its interval's name in the registry (`pg-queue:reaper`). */
   readonly name: string;
-  readonly label: string;
   /** The pass in progress: passes never overlap, and shutdown waits for it. */
   current: Promise<void> | undefined;
 }
 
 /**
  * Runs what the explorer registered. Bootstrap: migrate, start the workers (unless
- * `processing: false`), declare the producer's queues, and run the engine's maintenance passes
- * (the reaper's, the pruner's) on exactly one timer each: when the app imports `ScheduleModule`,
- * they are registered with its `SchedulerRegistry` (visible and managed like any other interval)
- * and the engine's own timers stay off; without it, they run on the engine's own timers. The
+ * `processing: false`), declare the producer's queues, and run the engine's fixed-interval
+ * maintenance passes (`PgQueue.hostablePasses`: the reaper's, the pruner's) on exactly one timer
+ * each: when the app imports `ScheduleModule`, every one is registered with its
+ * `SchedulerRegistry` as `pg-queue:<name>` (visible and managed like any other interval) and the
+ * engine leaves its own loop off; without it, they run on the engine's own timers. The
  * module never imports `ScheduleModule` itself (see `findSchedulerRegistry`). Shutdown, in
  * `beforeApplicationShutdown` (before any provider's `onApplicationShutdown` closes what handlers
  * use): remove the intervals, stop claiming, let running handlers finish within
@@ -60,8 +60,8 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
     try {
       // Before the engine starts: whether the app has a registry decides who runs the timers.
       this.schedulerRegistry = await findSchedulerRegistry(this.moduleRef);
-      const engineTimers = this.schedulerRegistry === undefined;
-      await this.engine.start({ reaperTimer: engineTimers, prunerTimer: engineTimers, workers: processing });
+      const hosted = this.schedulerRegistry ? this.engine.hostablePasses : [];
+      await this.engine.start({ hostedPasses: hosted.map((pass) => pass.name), workers: processing });
       await this.engine.declareQueues(queues);
     } catch (error) {
       this.logger.error(START_FAILED((error as Error).message));
@@ -73,10 +73,7 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
     if (!processing && this.explorer.handledQueues.length > 0) this.logger.warn(PROCESSING_DISABLED(this.explorer.handledQueues));
     const registry = this.schedulerRegistry;
     if (registry) {
-      this.schedule(registry, REAPER_INTERVAL_NAME, 'Reaper', this.config.reaperIntervalMs, () => this.engine.reapOnce());
-      if (this.engine.pruner) {
-        this.schedule(registry, PRUNER_INTERVAL_NAME, 'Pruner', this.engine.pruner.config.intervalMs, () => this.engine.pruneOnce());
-      }
+      for (const pass of this.engine.hostablePasses) this.schedule(registry, pass);
     } else if (this.explorer.scheduledMethods.length > 0) {
       // Without a ScheduleModule these methods never fire, and nothing else says so (an app that
       // relied on the ScheduleModule earlier versions of this module imported for it).
@@ -100,13 +97,13 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
     return this.beforeApplicationShutdown();
   }
 
-  private schedule(registry: SchedulerRegistry, name: string, label: string, intervalMs: number, run: () => Promise<unknown>): void {
-    const pass: MaintenancePass = { name, label, current: undefined };
+  private schedule(registry: SchedulerRegistry, { name, label, intervalMs, runOnce }: HostablePass): void {
+    const pass: MaintenancePass = { name: passIntervalName(name), current: undefined };
     const failures = this.failures;
     const what = `${label} pass`;
     const tick = () => {
       if (pass.current) return;
-      pass.current = run()
+      pass.current = runOnce()
         .then(
           () => failures.recovered(what),
           (error: unknown) => {
@@ -118,7 +115,7 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
           pass.current = undefined;
         });
     };
-    registry.addInterval(name, setInterval(tick, intervalMs));
+    registry.addInterval(pass.name, setInterval(tick, intervalMs));
     this.passes.push(pass);
   }
 
@@ -131,7 +128,7 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
     }
     await Promise.all(this.passes.map((pass) => pass.current));
     this.failures.flush();
-    const inFlight = this.explorer.handledQueues.reduce((sum, queue) => sum + (this.engine.worker(queue)?.inFlight ?? 0), 0);
+    const inFlight = this.explorer.handledQueues.reduce((sum, queue) => sum + this.engine.inFlight(queue), 0);
     this.logger.log(STOPPING(inFlight, this.config.shutdownTimeoutMs));
     await this.engine.stop(this.config.shutdownTimeoutMs);
     this.logger.log(STOPPED(Date.now() - startedAt));

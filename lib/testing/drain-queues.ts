@@ -1,5 +1,5 @@
 import type { INestApplicationContext } from '@nestjs/common';
-import type { PgQueue } from '../engine/index.js';
+import { PgQueueError, type PgQueue } from '../engine/index.js';
 import { PgQueueExplorer } from '../nest/pg-queue.explorer.js';
 import { PG_QUEUE_ENGINE } from '../pg-queue.constants.js';
 import { DRAIN_TIMEOUT, ENGINE_NOT_FOUND } from '../pg-queue.messages.js';
@@ -17,6 +17,19 @@ export interface DrainQueuesOptions {
 }
 
 export const DRAIN_TIMEOUT_DEFAULT_MS = 10_000;
+
+/**
+ * `drainQueues` gave up: `DRAIN_TIMEOUT`, jobs were still unfinished at its timeout (the message
+ * lists them); `ENGINE_NOT_FOUND`, the application it was given has no PgQueueModule.
+ */
+export class DrainQueuesError extends PgQueueError {
+  constructor(
+    readonly code: 'DRAIN_TIMEOUT' | 'ENGINE_NOT_FOUND',
+    message: string,
+  ) {
+    super(message);
+  }
+}
 const DRAIN_INTERVAL_DEFAULT_MS = 25;
 
 /**
@@ -42,9 +55,9 @@ export async function drainQueues(app: ProviderSource, options: DrainQueuesOptio
     const remainingMs = Math.max(0, deadline - Date.now());
     // Scheduled jobs count when they fall due before the deadline (a retry waiting out its backoff).
     const left = await engine.unfinished(queues, remainingMs);
-    const inFlight = queues.map((queue) => [queue, engine.worker(queue)?.inFlight ?? 0] as const).filter(([, n]) => n > 0);
+    const inFlight = queues.map((queue) => [queue, engine.inFlight(queue)] as const).filter(([, n]) => n > 0);
     if (left.length === 0 && inFlight.length === 0) return;
-    if (remainingMs === 0) throw new Error(DRAIN_TIMEOUT(timeoutMs, describeLeft(left, inFlight)));
+    if (remainingMs === 0) throw new DrainQueuesError('DRAIN_TIMEOUT', DRAIN_TIMEOUT(timeoutMs, describeLeft(left, inFlight)));
     await new Promise((r) => setTimeout(r, Math.min(intervalMs, remainingMs)));
   }
 }
@@ -53,7 +66,7 @@ function resolve<T>(app: ProviderSource, token: symbol | Function): T {
   try {
     return app.get<unknown, T>(token, { strict: false });
   } catch {
-    throw new Error(ENGINE_NOT_FOUND('drainQueues'));
+    throw new DrainQueuesError('ENGINE_NOT_FOUND', ENGINE_NOT_FOUND('drainQueues'));
   }
 }
 

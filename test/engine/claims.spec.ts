@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { engineFixture, waitFor } from '../support/engine.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -86,11 +87,11 @@ test('with LISTEN disconnected the poll still drains every committed job; with L
   expect(latencies[5]!).toBeLessThan(pollIntervalMs / 4);
 
   // Listener gone (and not coming back within the test): only the poll can find the jobs.
-  await q.notifier.disconnectForTest();
-  await waitFor(() => !q.notifier.listening);
+  await engineInternals(q).notifier.disconnectForTest();
+  await waitFor(() => !engineInternals(q).notifier.listening);
   const ids = await q.enqueueMany(Array.from({ length: 200 }, (_, i) => ({ queue: 'wake', payload: { i } })));
   await waitFor(() => ids.every((id) => pickedUp.has(id)), pollIntervalMs * 5);
-  expect(q.notifier.listening).toBe(false);
+  expect(engineInternals(q).notifier.listening).toBe(false);
   await q.stop();
 });
 
@@ -100,7 +101,7 @@ test('a burst of notifications is coalesced into few claims', async () => {
   let handled = 0;
   q.work('burst', async () => void handled++, { concurrency: 10, prefetch: 40 }, { claimed: (n) => claims.push(n) });
   await q.start();
-  await waitFor(() => q.notifier.listening);
+  await waitFor(() => engineInternals(q).notifier.listening);
   claims.length = 0;
   // 1,000 jobs committed silently, then 1,000 separate NOTIFYs in one burst.
   await fx.insertJobs('burst', 1_000);
@@ -121,11 +122,11 @@ test('the listener reconnects with backoff after its connection is cut, and wake
   const done: string[] = [];
   q.work('relisten', async (job) => void done.push(job.id));
   await q.start();
-  await waitFor(() => q.notifier.listening);
+  await waitFor(() => engineInternals(q).notifier.listening);
   // Cut the listener's session from the server side, as a failover or an idle-kill would.
   await fx.pool.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'nestjs-pg-queue:listen' AND datname = current_database()`);
-  await waitFor(() => !q.notifier.listening, 5_000, 5);
-  await waitFor(() => q.notifier.listening, 5_000);
+  await waitFor(() => !engineInternals(q).notifier.listening, 5_000, 5);
+  await waitFor(() => engineInternals(q).notifier.listening, 5_000);
   const id = await q.enqueue('relisten', {});
   await waitFor(() => done.includes(id), 2_000);
   await q.stop();

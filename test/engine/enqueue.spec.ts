@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { InvalidJobError, PgQueue } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 let q: PgQueue;
@@ -54,7 +55,7 @@ test('a delayed job is promoted when due and then runs', async () => {
   const sent = Date.now();
   const id = await worker.enqueue('later', {}, { delayMs: 300 });
   expect((await worker.getJob(id))?.status).toBe('scheduled');
-  await waitForStatus(worker, id, 'succeeded');
+  await waitForOutcome(worker, id, 'succeeded');
   // Not early; and on time although the scheduler's interval is 5 s (it sleeps until the next due job).
   expect(ran[0]! - sent).toBeGreaterThanOrEqual(290);
   expect(ran[0]! - sent).toBeLessThan(2_000);
@@ -133,7 +134,7 @@ test('D25: every option name and bound is checked by the engine, nested ones inc
   // A deprecated name still works, with a warning naming its replacement.
   const logger = { lines: [] as string[], log: () => {}, warn: (m: string) => void logger.lines.push(m), error: () => {} };
   const engine = new PgQueue({ connectionString: fx.url, logger, notifier: { pingIntervalMs: 20_000 } as never });
-  expect(engine.notifier.config.probeIntervalMs).toBe(20_000);
+  expect(engineInternals(engine).notifier.config.probeIntervalMs).toBe(20_000);
   expect(logger.lines).toEqual([expect.stringMatching(/"notifier.pingIntervalMs" is deprecated .* use "notifier.probeIntervalMs"/)]);
   await engine.stop();
 });

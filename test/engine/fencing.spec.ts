@@ -1,45 +1,45 @@
 import { Completer } from '../../lib/engine/completer.js';
-import { run } from '../../lib/engine/db.js';
-import { createQueries } from '../../lib/engine/sql.js';
+import { createStore } from '../../lib/engine/store/index.js';
 import { engineFixture } from '../support/engine.js';
+import { expireLease } from '../support/time-travel.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
-const queries = createQueries('pgqueue');
+const store = createStore('pgqueue');
 beforeAll(async () => {
   fx = await engineFixture('fencing');
 });
 afterAll(() => fx.close());
 
-// $1 queue, $2 owner, $3 limit, $4 lease ms, $5 max runtime ms, $6 max attempts, $7 backoff base, $8 backoff max, $9 oldest-first
 const claim = (owner: string, leaseMs: number, limit = 1) =>
-  run<{ id: string; lease_token: string; lease_ms_left: number }>(fx.pool, queries.claim, ['fence', owner, limit, leaseMs, 60_000, 5, 0, 0, 0]);
+  store.claim(fx.pool, { queue: 'fence', owner, limit, leaseMs, maxRuntimeMs: 60_000, maxAttempts: 5, backoffBaseMs: 0, backoffMaxMs: 0, oldestFirst: 0 });
+const reap = () => store.reapExpired(fx.pool, { limit: 100, setAside: [], only: null });
 
 test("a stale worker's completion, failure and heartbeat change nothing once another worker holds the job", async () => {
   await fx.insertJobs('fence', 1);
   const [{ id }] = (await fx.pool.query<{ id: string }>(`UPDATE pgqueue.jobs SET lease_token = 6 WHERE queue_name = 'fence' RETURNING id::text`)).rows as [{ id: string }];
 
-  const [a] = await claim('worker-a', 150);
-  expect(a).toMatchObject({ id, lease_token: '7' });
+  const [a] = await claim('worker-a', 30_000);
+  expect(a).toMatchObject({ id, leaseToken: '7' });
 
-  // A's lease expires; the reaper returns the job; B claims it with the next token.
-  await new Promise((r) => setTimeout(r, 250));
-  const reaped = await run<{ id: string; status: string }>(fx.pool, queries.reapExpired, [100, [], null]);
+  // A's lease expires (by the database's clock); the reaper returns the job; B claims it with the next token.
+  await expireLease(fx.pool, id);
+  const reaped = await reap();
   expect(reaped).toEqual([expect.objectContaining({ id, status: 'scheduled' })]);
-  await run(fx.pool, queries.promoteScheduled, [100, 'pgqueue:wake']);
+  await store.promoteScheduled(fx.pool, { limit: 100, channel: 'pgqueue:wake' });
   const [b] = await claim('worker-b', 30_000);
-  expect(b).toMatchObject({ id, lease_token: '8' });
+  expect(b).toMatchObject({ id, leaseToken: '8' });
 
-  const bDone = await new Completer(fx.pool, queries, 'worker-b', 'pgqueue:wake').complete(id, '8');
+  const bDone = await new Completer(fx.pool, store, 'worker-b', 'pgqueue:wake').complete(id, '8');
   expect(bDone).toEqual({ applied: true });
   const before = (await fx.pool.query(`SELECT * FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
 
   // A wakes up late. Every fenced write it attempts is refused and recorded.
-  const aDone = await new Completer(fx.pool, queries, 'worker-a', 'pgqueue:wake').complete(id, '7');
+  const aDone = await new Completer(fx.pool, store, 'worker-a', 'pgqueue:wake').complete(id, '7');
   expect(aDone).toEqual({ applied: false, reason: 'lease_lost' });
-  const [aFail] = await run<{ applied: number; loss: string }>(fx.pool, queries.fail, [id, 'worker-a', '7', false, 0, 'X', 'late']);
-  expect(aFail).toEqual({ applied: 0, loss: 'LEASE_LOST', already: false });
-  const [aBeat] = await run<{ lease_ms_left: number | null; loss: string }>(fx.pool, queries.heartbeat, [id, 'worker-a', '7', 30_000]);
-  expect(aBeat).toMatchObject({ lease_ms_left: null, loss: 'LEASE_LOST' });
+  const aFail = await store.fail(fx.pool, { id, owner: 'worker-a', token: '7', dead: false, delayMs: 0, code: 'X', message: 'late' });
+  expect(aFail).toEqual({ ok: false, reason: 'lease_lost' });
+  const aBeat = await store.heartbeat(fx.pool, { id, owner: 'worker-a', token: '7', leaseMs: 30_000 });
+  expect(aBeat).toEqual({ ok: false, reason: 'lease_lost' });
 
   const after = (await fx.pool.query(`SELECT * FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
   expect(after).toEqual(before);
@@ -59,11 +59,11 @@ test('a second completion under the same token is refused as "finished"; a cance
   await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 2);
   const [first, second] = await claim('worker-c', 30_000, 2);
-  const completer = new Completer(fx.pool, queries, 'worker-c', 'pgqueue:wake');
-  expect(await completer.complete(first!.id, first!.lease_token)).toEqual({ applied: true });
-  expect(await completer.complete(first!.id, first!.lease_token)).toEqual({ applied: false, reason: 'finished' });
+  const completer = new Completer(fx.pool, store, 'worker-c', 'pgqueue:wake');
+  expect(await completer.complete(first!.id, first!.leaseToken)).toEqual({ applied: true });
+  expect(await completer.complete(first!.id, first!.leaseToken)).toEqual({ applied: false, reason: 'finished' });
   await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`, [second!.id]);
-  expect(await completer.complete(second!.id, second!.lease_token)).toEqual({ applied: false, reason: 'cancelled' });
+  expect(await completer.complete(second!.id, second!.leaseToken)).toEqual({ applied: false, reason: 'cancelled' });
 });
 
 test('a batch with one stale row still completes the others, and reports each row', async () => {
@@ -71,9 +71,9 @@ test('a batch with one stale row still completes the others, and reports each ro
   await fx.insertJobs('fence', 5);
   const claimed = await claim('worker-d', 30_000, 5);
   const stale = claimed[2]!;
-  const completer = new Completer(fx.pool, queries, 'worker-d', 'pgqueue:wake');
+  const completer = new Completer(fx.pool, store, 'worker-d', 'pgqueue:wake');
   const outcomes = await Promise.all(
-    claimed.map((job) => completer.complete(job.id, job === stale ? String(Number(job.lease_token) - 1) : job.lease_token)),
+    claimed.map((job) => completer.complete(job.id, job === stale ? String(Number(job.leaseToken) - 1) : job.leaseToken)),
   );
   expect(outcomes.filter((o) => o.applied)).toHaveLength(4);
   expect(outcomes[2]).toEqual({ applied: false, reason: 'lease_lost' });
@@ -87,9 +87,9 @@ test('a batch with one stale row still completes the others, and reports each ro
 test('a fenced write needs an unexpired lease by database time, even for the rightful owner', async () => {
   await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 1);
-  const [job] = await claim('worker-e', 100);
-  await new Promise((r) => setTimeout(r, 200));
-  const outcome = await new Completer(fx.pool, queries, 'worker-e', 'pgqueue:wake').complete(job!.id, job!.lease_token);
+  const [job] = await claim('worker-e', 30_000);
+  await expireLease(fx.pool, job!.id);
+  const outcome = await new Completer(fx.pool, store, 'worker-e', 'pgqueue:wake').complete(job!.id, job!.leaseToken);
   expect(outcome).toEqual({ applied: false, reason: 'lease_lost' });
 });
 
@@ -98,31 +98,31 @@ test('D16: a stale and a current completion of one job in one batch: only the cu
   await fx.insertJobs('fence', 2);
   const [other, job] = await claim('worker-f', 30_000, 2);
   // One statement in flight at a time: the first completion goes alone, the next two ride one batch.
-  const completer = new Completer(fx.pool, queries, 'worker-f', 'pgqueue:wake', { maxInFlight: 1 });
+  const completer = new Completer(fx.pool, store, 'worker-f', 'pgqueue:wake', { maxInFlight: 1 });
   const [first, stale, current] = await Promise.all([
-    completer.complete(other!.id, other!.lease_token),
-    completer.complete(job!.id, String(Number(job!.lease_token) - 1)),
-    completer.complete(job!.id, job!.lease_token),
+    completer.complete(other!.id, other!.leaseToken),
+    completer.complete(job!.id, String(Number(job!.leaseToken) - 1)),
+    completer.complete(job!.id, job!.leaseToken),
   ]);
   expect(first).toEqual({ applied: true });
   expect(stale).toEqual({ applied: false, reason: 'lease_lost' });
   expect(current).toEqual({ applied: true });
   const events = (await fx.pool.query(`SELECT kind, lease_token::text, error_code FROM pgqueue.job_events WHERE job_id = $1`, [job!.id])).rows;
-  expect(events).toEqual([{ kind: 'lost_fence', lease_token: String(Number(job!.lease_token) - 1), error_code: 'LEASE_LOST' }]);
+  expect(events).toEqual([{ kind: 'lost_fence', lease_token: String(Number(job!.leaseToken) - 1), error_code: 'LEASE_LOST' }]);
 });
 
 test('D15: a late completion of a job the reaper killed is a lost lease, not "finished"', async () => {
   await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 1);
   await fx.pool.query(`UPDATE pgqueue.jobs SET max_attempts = 1 WHERE queue_name = 'fence'`);
-  const [job] = await claim('worker-g', 100);
-  await new Promise((r) => setTimeout(r, 200));
-  const [reaped] = await run<{ status: string }>(fx.pool, queries.reapExpired, [100, [], null]);
+  const [job] = await claim('worker-g', 30_000);
+  await expireLease(fx.pool, job!.id);
+  const [reaped] = await reap();
   expect(reaped).toMatchObject({ status: 'dead' });
-  const completer = new Completer(fx.pool, queries, 'worker-g', 'pgqueue:wake');
-  expect(await completer.complete(job!.id, job!.lease_token)).toEqual({ applied: false, reason: 'lease_lost' });
-  const [fail] = await run<{ applied: number; loss: string }>(fx.pool, queries.fail, [job!.id, 'worker-g', job!.lease_token, false, 0, 'X', 'late']);
-  expect(fail).toEqual({ applied: 0, loss: 'LEASE_LOST', already: false });
+  const completer = new Completer(fx.pool, store, 'worker-g', 'pgqueue:wake');
+  expect(await completer.complete(job!.id, job!.leaseToken)).toEqual({ applied: false, reason: 'lease_lost' });
+  const fail = await store.fail(fx.pool, { id: job!.id, owner: 'worker-g', token: job!.leaseToken, dead: false, delayMs: 0, code: 'X', message: 'late' });
+  expect(fail).toEqual({ ok: false, reason: 'lease_lost' });
   const events = (await fx.pool.query(`SELECT kind, error_code FROM pgqueue.job_events WHERE job_id = $1 ORDER BY id`, [job!.id])).rows;
   expect(events).toEqual([
     { kind: 'dead', error_code: 'LEASE_EXPIRED' },
@@ -155,25 +155,25 @@ test('D15: a retried completion write counts as applied only when it is known to
   const retrying = {};
   const afterCommit = new Completer(
     lossy(async () => {
-      await run(fx.pool, queries.completeMany, [[committed!.id], [committed!.lease_token], 'worker-h']);
+      await store.completeMany(fx.pool, { ids: [committed!.id], tokens: [committed!.leaseToken], owner: 'worker-h' });
     }),
-    queries,
+    store,
     'worker-h',
     'pgqueue:wake',
     retrying,
   );
-  expect(await afterCommit.complete(committed!.id, committed!.lease_token)).toEqual({ applied: true });
+  expect(await afterCommit.complete(committed!.id, committed!.leaseToken)).toEqual({ applied: true });
   const afterDeath = new Completer(
     lossy(async () => {
-      await fx.pool.query(`UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, [killed!.id]);
-      await run(fx.pool, queries.reapExpired, [100, [], null]);
+      await expireLease(fx.pool, killed!.id);
+      await reap();
     }),
-    queries,
+    store,
     'worker-h',
     'pgqueue:wake',
     retrying,
   );
-  expect(await afterDeath.complete(killed!.id, killed!.lease_token)).toEqual({ applied: false, reason: 'lease_lost' });
+  expect(await afterDeath.complete(killed!.id, killed!.leaseToken)).toEqual({ applied: false, reason: 'lease_lost' });
   expect((await fx.pool.query(`SELECT status::text FROM pgqueue.jobs WHERE id = $1`, [killed!.id])).rows).toEqual([{ status: 'dead' }]);
 });
 
@@ -181,15 +181,16 @@ test('a retried failure or release whose first try committed is known to have ha
   await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 3);
   const [retried, died, released] = await claim('worker-i', 30_000, 3);
-  const fail = (job: typeof retried, dead: boolean) => run<{ applied: number; already: boolean }>(fx.pool, queries.fail, [job!.id, 'worker-i', job!.lease_token, dead, 0, 'X', 'x']);
-  expect((await fail(retried, false))[0]).toMatchObject({ applied: 1 });
-  expect((await fail(retried, false))[0]).toMatchObject({ applied: 0, already: true });
-  expect((await fail(died, true))[0]).toMatchObject({ applied: 1 });
-  expect((await fail(died, true))[0]).toMatchObject({ applied: 0, already: true });
-  const release = () => run<{ applied: number; already: boolean }>(fx.pool, queries.release, [released!.id, 'worker-i', released!.lease_token, true, 3]);
-  expect((await release())[0]).toMatchObject({ applied: 1 });
-  expect((await release())[0]).toMatchObject({ applied: 0, already: true });
+  const fail = (job: typeof retried, dead: boolean, owner = 'worker-i') =>
+    store.fail(fx.pool, { id: job!.id, owner, token: job!.leaseToken, dead, delayMs: 0, code: 'X', message: 'x' });
+  // `already`: refused, but this very write had committed (an earlier try whose reply was lost).
+  expect(await fail(retried, false)).toEqual({ ok: true, already: false });
+  expect(await fail(retried, false)).toEqual({ ok: true, already: true });
+  expect(await fail(died, true)).toEqual({ ok: true, already: false });
+  expect(await fail(died, true)).toEqual({ ok: true, already: true });
+  const release = () => store.release(fx.pool, { id: released!.id, owner: 'worker-i', token: released!.leaseToken, started: true, maxFreeReleases: 3 });
+  expect(await release()).toEqual({ ok: true, already: false });
+  expect(await release()).toEqual({ ok: true, already: true });
   // Another worker's refused write under another token is not mistaken for one that happened.
-  const [other] = await run<{ applied: number; already: boolean }>(fx.pool, queries.fail, [retried!.id, 'worker-j', retried!.lease_token, false, 0, 'X', 'x']);
-  expect(other).toMatchObject({ applied: 0, already: false });
+  expect(await fail(retried, false, 'worker-j')).toEqual({ ok: false, reason: 'lease_lost' });
 });

@@ -1,7 +1,7 @@
 import pg from 'pg';
-import { KeyHandoffs } from '../../lib/engine/key-handoffs.js';
+import { KeyHandoffs } from '../../lib/engine/maintenance/key-handoffs.js';
 import { LogThrottle } from '../../lib/engine/log-throttle.js';
-import { createQueries } from '../../lib/engine/sql.js';
+import { createStore } from '../../lib/engine/store/index.js';
 
 // A pass that fails (the database is away) is retried soon, but not every retryMs for the whole
 // outage: the delay doubles from retryMs up to intervalMs, and one pass that works resets it.
@@ -20,7 +20,7 @@ test('failed key handoff passes back off, doubling from retryMs up to intervalMs
       super.failed(what, reason);
     }
   })(silent, 0);
-  handoffs = new KeyHandoffs(pool, createQueries('pgqueue'), 'pgqueue_wake', throttle, { intervalMs: 160, retryMs: 10 });
+  handoffs = new KeyHandoffs(pool, createStore('pgqueue'), 'pgqueue_wake', throttle, { intervalMs: 160, retryMs: 10 });
   handoffs.start();
   try {
     await vi.waitFor(() => expect(delays.length).toBeGreaterThanOrEqual(7), { timeout: 20_000, interval: 20 });

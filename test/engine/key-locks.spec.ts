@@ -1,4 +1,5 @@
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor } from '../support/engine.js';
+import { allEnded, attemptEnded, testSignals } from '../support/signals.js';
 
 // Finishing a keyed job never waits for a transaction that holds the key's row (a producer adding
 // to the key), and key rows are locked in one order, so nothing deadlocks on them.
@@ -22,10 +23,12 @@ function gates() {
 
 test("D4: a producer's open transaction on a key stalls neither that key's completion nor any other queue's", async () => {
   const q = fx.make();
+  const signals = testSignals(q);
   const gate = gates();
   const started: string[] = [];
   q.work<{ name: string }>('d4-keyed', async (job) => {
     started.push(job.payload.name);
+    if (started.length === 2) gate.open('both started');
     await gate.wait(job.payload.name);
   });
   q.work('d4-plain', async () => {});
@@ -34,7 +37,7 @@ test("D4: a producer's open transaction on a key stalls neither that key's compl
     { queue: 'd4-keyed', payload: { name: 'a1' }, options: { orderingKey: 'A' } },
     { queue: 'd4-keyed', payload: { name: 'b1' }, options: { orderingKey: 'B' } },
   ]);
-  await waitFor(() => started.length === 2);
+  await gate.wait('both started');
 
   // A producer adds to both keys and keeps its transaction open: it holds both key rows.
   const producer = await fx.pool.connect();
@@ -49,19 +52,18 @@ test("D4: a producer's open transaction on a key stalls neither that key's compl
     );
     // The heads finish, one after the other (two completion statements).
     gate.open('a1');
-    await waitForStatus(q, a1!, 'succeeded', 5_000);
+    await attemptEnded(signals, a1!, 'succeeded', 5_000);
     gate.open('b1');
-    await waitForStatus(q, b1!, 'succeeded', 5_000);
+    await attemptEnded(signals, b1!, 'succeeded', 5_000);
     // Every other queue's jobs keep completing.
     const plain = await q.enqueueMany(Array.from({ length: 20 }, () => ({ queue: 'd4-plain', payload: {} })));
-    for (const id of plain) await waitForStatus(q, id, 'succeeded', 5_000);
+    await allEnded(signals, plain, 'succeeded', 5_000);
 
     await producer.query('COMMIT');
     // The keys move on once the producer is done: its jobs run, after their heads.
     gate.open('a2');
     gate.open('b2');
-    await waitForStatus(q, a2!, 'succeeded', 10_000);
-    await waitForStatus(q, b2!, 'succeeded', 10_000);
+    await allEnded(signals, [a2!, b2!]);
     expect(started).toEqual(['a1', 'b1', ...started.slice(2)]);
     expect(started.slice(2).sort()).toEqual(['a2', 'b2']);
     expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.key_handoffs`)).rows[0].n).toBe(0);
@@ -73,6 +75,7 @@ test("D4: a producer's open transaction on a key stalls neither that key's compl
 
 test("D17: two handlers that enqueue follow-ups to each other's keys inside ctx.complete do not deadlock", async () => {
   const q = fx.make();
+  const signals = testSignals(q);
   const gate = gates();
   const errors: string[] = [];
   q.work<{ key: string; other: string; step: number }>('d17', async (job, ctx) => {
@@ -95,15 +98,14 @@ test("D17: two handlers that enqueue follow-ups to each other's keys inside ctx.
     { queue: 'd17', payload: { key: 'X', other: 'Y', step: 1 }, options: { orderingKey: 'X' } },
     { queue: 'd17', payload: { key: 'Y', other: 'X', step: 1 }, options: { orderingKey: 'Y' } },
   ]);
-  await waitForStatus(q, x1!, 'succeeded', 10_000);
-  await waitForStatus(q, y1!, 'succeeded', 10_000);
+  await allEnded(signals, [x1!, y1!]);
   expect(errors).toEqual([]);
   expect((await q.getJob(x1!))?.attemptCount).toBe(1);
   expect((await q.getJob(y1!))?.attemptCount).toBe(1);
   // The follow-ups run once their keys are handed on.
   const followUps = (await fx.pool.query(`SELECT id::text FROM pgqueue.jobs WHERE queue_name = 'd17' AND id NOT IN ($1, $2)`, [x1, y1])).rows;
   expect(followUps).toHaveLength(2);
-  for (const { id } of followUps) await waitForStatus(q, id, 'succeeded', 10_000);
+  await allEnded(signals, followUps.map((r) => r.id as string));
 });
 
 async function keyCount(queue: string, key: string): Promise<number | null> {
@@ -113,16 +115,19 @@ async function keyCount(queue: string, key: string): Promise<number | null> {
 
 test("a producer that commits between a completion's snapshot and its lock of the key's row does not wedge the key", async () => {
   const q = fx.make();
+  const signals = testSignals(q);
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
-  const ran: string[] = [];
+  let started!: () => void;
+  const a1Started = new Promise<void>((r) => (started = r));
   q.work<{ n: string }>('lost-decrement', async (job) => {
-    ran.push(job.payload.n);
-    if (job.payload.n === 'a1') await gate;
+    if (job.payload.n !== 'a1') return;
+    started();
+    await gate;
   });
   await q.start();
   const a1 = await q.enqueue('lost-decrement', { n: 'a1' }, { orderingKey: 'A' });
-  await waitFor(() => ran.length === 1);
+  await a1Started;
   // Someone holds the head's row for a moment (an operator's cancel waiting, a reaper pass): it
   // widens the window between the completion statement's snapshot and its lock of A's row.
   const holder = await fx.pool.connect();
@@ -130,6 +135,7 @@ test("a producer that commits between a completion's snapshot and its lock of th
     await holder.query('BEGIN');
     await holder.query('SELECT 1 FROM pgqueue.jobs WHERE id = $1 FOR UPDATE', [a1]);
     release(); // the completion's statement starts, and waits for the head's row
+    // PostgreSQL's own view of the lock wait: no engine event says "my statement is waiting".
     await waitFor(
       async () => (await fx.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%status = ''succeeded''%'`)).rows[0].n > 0,
       5_000,
@@ -137,9 +143,8 @@ test("a producer that commits between a completion's snapshot and its lock of th
     // A producer adds to key A and commits meanwhile (A's row is free: it does not wait).
     const a2 = await q.enqueue('lost-decrement', { n: 'a2' }, { orderingKey: 'A' });
     await holder.query('COMMIT');
-    await waitForStatus(q, a1, 'succeeded', 5_000);
-    await waitForStatus(q, a2, 'succeeded', 5_000);
-    await waitFor(async () => (await keyCount('lost-decrement', 'A')) === null); // forgotten: nothing left of the key
+    await allEnded(signals, [a1, a2], 'succeeded', 5_000);
+    expect(await keyCount('lost-decrement', 'A')).toBeNull(); // forgotten: nothing left of the key
   } finally {
     await holder.query('ROLLBACK').catch(() => {});
     holder.release();
@@ -148,20 +153,24 @@ test("a producer that commits between a completion's snapshot and its lock of th
 
 test('producers racing completions of a few hot keys: every job runs and the key counts stay exact', async () => {
   const q = fx.make({ pollIntervalMs: 100 });
+  const signals = testSignals(q);
   q.work('hot-keys', async () => {}, { concurrency: 8 });
   await q.start();
   const keys = ['A', 'B', 'C', 'D'];
   let enqueued = 0;
+  const ids: string[] = [];
   for (let round = 0; round < 150; round++) {
-    await Promise.all(Array.from({ length: 3 }, () => q.enqueue('hot-keys', {}, { orderingKey: keys[enqueued++ % keys.length] })));
+    ids.push(...(await Promise.all(Array.from({ length: 3 }, () => q.enqueue('hot-keys', {}, { orderingKey: keys[enqueued++ % keys.length] })))));
   }
-  await waitFor(async () => (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'hot-keys' AND status <> 'succeeded'`)).rows[0].n === 0, 30_000);
+  await allEnded(signals, ids, 'succeeded', 30_000);
+  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'hot-keys' AND status <> 'succeeded'`)).rows[0].n).toBe(0);
   const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.ordering_keys WHERE queue_name = 'hot-keys'`);
   expect(rows[0].n).toBe(0); // every key forgotten: no count was left one too high
 });
 
 test('handoffs of keys a producer still holds do not hide a free key behind them', async () => {
   const q = fx.make({ keyHandoffs: { batchSize: 2, intervalMs: 100, retryMs: 50 } });
+  const signals = testSignals(q);
   // One at a time, so the heads finish (and their keys are handed off) in the order A, B, C.
   q.work('hol', async () => {}, { concurrency: 1, prefetch: 0 });
   await q.start();
@@ -176,9 +185,9 @@ test('handoffs of keys a producer still holds do not hide a free key behind them
     await other.query('BEGIN');
     const [c2] = await q.enqueueMany([{ queue: 'hol', payload: {}, options: { orderingKey: 'C' } }], { client: other });
     await q.resumeQueue('hol');
-    for (const id of heads) await waitForStatus(q, id, 'succeeded', 5_000);
+    await allEnded(signals, heads, 'succeeded', 5_000);
     await other.query('COMMIT'); // C's row is free again; A's and B's are not
-    await waitForStatus(q, c2!, 'succeeded', 5_000);
+    await attemptEnded(signals, c2!, 'succeeded', 5_000);
   } finally {
     await holder.query('ROLLBACK').catch(() => {});
     await other.query('ROLLBACK').catch(() => {});

@@ -4,6 +4,7 @@ import { DEAF_ATTEMPTS_BEFORE_WARNING } from '../../lib/engine/notifier.js';
 import { createTestDatabase } from '../support/database.js';
 import { engineFixture, testLogger, waitFor } from '../support/engine.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 /**
  * The listener proves that it hears: a probe NOTIFY sent through the engine's pool (the path every
@@ -53,12 +54,12 @@ test('a half-open (blackholed) listener is reported down within a probe interval
   const done: string[] = [];
   q.work('half-open', async (job) => void done.push(job.id));
   await q.start();
-  await waitFor(() => q.notifier.listening);
+  await waitFor(() => engineInternals(q).notifier.listening);
 
   // Nothing is forwarded any more and nothing is reset: the socket looks open, nothing arrives.
   proxy.blackhole();
   // The next probe is sent within an interval and judged a timeout later (x2 for a loaded machine).
-  await waitFor(() => !q.notifier.listening, 2 * (probeIntervalMs + probeTimeoutMs), 5);
+  await waitFor(() => !engineInternals(q).notifier.listening, 2 * (probeIntervalMs + probeTimeoutMs), 5);
   // Down since the unheard probe was sent, a timeout before it was judged.
   const { listener } = await q.stats();
   expect(listener.listening).toBe(false);
@@ -66,7 +67,7 @@ test('a half-open (blackholed) listener is reported down within a probe interval
 
   // It stays down while the network is gone (reconnects hang until their timeout); health says so.
   const maxListenerDownMs = probeTimeoutMs;
-  await waitFor(() => q.notifier.downForMs > maxListenerDownMs, 5 * maxListenerDownMs);
+  await waitFor(() => engineInternals(q).notifier.downForMs > maxListenerDownMs, 5 * maxListenerDownMs);
   const report = await checkHealth(q, { maxListenerDownMs });
   expect(report.healthy).toBe(false);
   expect(report.problems).toEqual([expect.stringMatching(/LISTEN connection has been down/)]);
@@ -74,7 +75,7 @@ test('a half-open (blackholed) listener is reported down within a probe interval
 
   // Healed: the attempt in flight times out at worst, the next one listens and hears wake-ups.
   proxy.heal();
-  await waitFor(() => q.notifier.listening, 2 * (probeTimeoutMs + reconnectMaxMs + probeTimeoutMs));
+  await waitFor(() => engineInternals(q).notifier.listening, 2 * (probeTimeoutMs + reconnectMaxMs + probeTimeoutMs));
   const id = await q.enqueue('half-open', {});
   await waitFor(() => done.includes(id), 5_000);
   expect((await checkHealth(q, { maxListenerDownMs })).healthy).toBe(true);
@@ -97,7 +98,7 @@ test('a listener whose LISTEN succeeds on a session that never hears the channel
     const misses = () => logger.lines.filter((line) => /^(warn|log): Listener connection lost \(its probe NOTIFY .* was not heard/.test(line)).length;
     // Twice as many deaf attempts as it takes to warn: the warning must still have come once.
     await waitFor(() => misses() >= 2 * DEAF_ATTEMPTS_BEFORE_WARNING, 20_000);
-    expect(q.notifier.listening).toBe(false);
+    expect(engineInternals(q).notifier.listening).toBe(false);
     const report = await checkHealth(q, { maxListenerDownMs: 100 });
     expect(report.problems).toEqual([expect.stringMatching(/LISTEN connection has been down/)]);
     const warnings = logger.lines.filter((line) => line.includes('listenConnectionString'));
@@ -120,12 +121,12 @@ test('probes do not wake queue workers', async () => {
   try {
     await q.start();
     // The start's own claim (nothing there), then silence: no poll within the test.
-    await waitFor(() => q.notifier.listening && claims >= 1);
+    await waitFor(() => engineInternals(q).notifier.listening && claims >= 1);
     const before = claims;
     const probesBefore = counter.probes;
     await waitFor(() => counter.probes >= probesBefore + 20, 10_000);
     expect(claims).toBe(before);
-    expect(q.notifier.listening).toBe(true);
+    expect(engineInternals(q).notifier.listening).toBe(true);
   } finally {
     await q.stop();
     await counter.end();
@@ -142,7 +143,7 @@ test('when the database comes back, the listener listens again once the pool rec
   let claims = 0;
   q.work('comeback', async () => {}, {}, { claimed: () => void claims++ });
   await q.start();
-  await waitFor(() => q.notifier.listening);
+  await waitFor(() => engineInternals(q).notifier.listening);
 
   proxy.cut();
   // Its reconnects are refused and its backoff doubles: wait until the next retry is seconds away.
@@ -157,7 +158,7 @@ test('when the database comes back, the listener listens again once the pool rec
   const claimsBefore = claims;
   await waitFor(() => claims > claimsBefore);
   // Claims have resumed (the pool connected again); the listener follows before its pending retry.
-  await waitFor(() => q.notifier.listening, 2 * retry.delayMs, 5);
+  await waitFor(() => engineInternals(q).notifier.listening, 2 * retry.delayMs, 5);
   expect(Date.now()).toBeLessThan(retry.at + retry.delayMs);
   await q.stop();
 });

@@ -4,8 +4,10 @@ import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { DataPointType, MeterProvider, MetricReader, type HistogramMetricData, type SumMetricData } from '@opentelemetry/sdk-metrics';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { checkHealth, EngineMetrics, HISTOGRAM_BUCKETS, renderPrometheus, RetryableJobError, type HistogramName, type ProcessStats } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
 import { histogramQuantile, value } from '../support/prometheus.js';
+import { testSignals } from '../support/signals.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -40,7 +42,7 @@ describe('trace context travels with the job', () => {
       span.end();
       return { id: jobId, producerTraceId: span.spanContext().traceId, producerSpanId: span.spanContext().spanId };
     });
-    await waitForStatus(q, id, 'succeeded');
+    await waitForOutcome(q, id, 'succeeded');
     const stored = (await fx.pool.query(`SELECT trace_context FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0].trace_context;
     expect(stored.traceparent).toContain(producerTraceId);
     await provider.forceFlush();
@@ -58,7 +60,7 @@ test('without an SDK nothing is stored and handlers run as usual', async () => {
   q.work('untraced', async () => {});
   await q.start();
   const id = await q.enqueue('untraced', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   expect((await fx.pool.query(`SELECT trace_context FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0].trace_context).toBeNull();
 });
 
@@ -69,7 +71,7 @@ test('the Prometheus exposition carries counters, histograms and the database sn
   });
   await q.start();
   const id = await q.enqueue('measured', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   const text = renderPrometheus(q.metrics, await q.stats());
   expect(text).toContain('# TYPE pgqueue_jobs_retried_total counter');
   expect(text).toMatch(/^pgqueue_jobs_retried_total\{queue="measured",code="TRY_AGAIN",attempt="1"\} 1$/m);
@@ -103,9 +105,11 @@ test('health fails on the age of the oldest claimable job, not on counts, and na
 test('health fails when the listener has been down too long', async () => {
   const q = fx.make({ notifier: { reconnectMinMs: 60_000, reconnectMaxMs: 60_000 } });
   await q.start();
-  await waitFor(() => q.notifier.listening);
-  await q.notifier.disconnectForTest();
-  await waitFor(() => !q.notifier.listening);
+  const signals = testSignals(q);
+  await signals.notifier.listening.next();
+  await engineInternals(q).notifier.disconnectForTest();
+  await signals.notifier.lost.next();
+  // Real time on purpose: "down for longer than 50 ms" is what is checked.
   await new Promise((r) => setTimeout(r, 60));
   const report = await checkHealth(q, { maxListenerDownMs: 50 });
   expect(report.problems).toEqual([expect.stringMatching(/LISTEN connection has been down/)]);
@@ -131,7 +135,7 @@ describe('durations are in seconds, in buckets that resolve what they measure', 
     const q = fx.make(); // after the SDK is installed: its metrics take their meter when built
     q.work('waited', async () => {});
     await q.start();
-    await waitFor(() => q.metrics.count('jobs_succeeded', { queue: 'waited' }) === 1);
+    await testSignals(q).worker.attemptEnded.waitFor((e) => e.queue === 'waited' && e.outcome === 'succeeded');
     const text = renderPrometheus(q.metrics, await q.stats());
     expect(value(text, 'pgqueue_claim_wait_seconds_count', { queue: 'waited' })).toBe(1);
     expect(value(text, 'pgqueue_claim_wait_seconds_sum', { queue: 'waited' })).toBeGreaterThanOrEqual(30);

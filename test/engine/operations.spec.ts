@@ -1,6 +1,7 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidOptionError, JobStateError, PermanentJobError, type PgQueue } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitForOutcome } from '../support/engine.js';
+import { allEnded, attemptEnded, claimed, nextClaims, testSignals } from '../support/signals.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -29,12 +30,12 @@ test('replay keeps the id, appends to the history with who and why, resets the b
   const { q, state } = poisonWorker('replay');
   await q.start();
   const id = await q.enqueue('replay', {}, { maxAttempts: 3 });
-  const dead = await waitForStatus(q, id, 'dead');
+  const dead = await waitForOutcome(q, id, 'dead');
   expect(dead.attemptCount).toBe(1);
 
   state.healed = true;
   await q.replay(id, { actor: 'ops:ada', reason: 'fixed the parser (INC-42)' });
-  const done = await waitForStatus(q, id, 'succeeded');
+  const done = await waitForOutcome(q, id, 'succeeded');
   expect(done.id).toBe(id);
   expect(done.attemptCount).toBe(1);
   expect(Number(done.leaseToken)).toBe(2); // the token kept growing across the replay
@@ -65,7 +66,7 @@ test('dead jobs are listed by queue and error code with paging, and replayed by 
   const ids = await q.enqueueMany(
     Array.from({ length: 7 }, (_, i) => ({ queue: 'many-dead', payload: { code: i % 2 === 0 ? 'EVEN' : 'ODD' } })),
   );
-  await waitFor(async () => (await Promise.all(ids.map((id) => q.getJob(id)))).every((j) => j?.status === 'dead'));
+  await allEnded(testSignals(q), ids, 'dead');
 
   const first = await q.listDead({ queue: 'many-dead', errorCode: 'EVEN', limit: 3 });
   expect(first.jobs).toHaveLength(3);
@@ -79,7 +80,7 @@ test('dead jobs are listed by queue and error code with paging, and replayed by 
   state.healed = true;
   const replayed = await q.replayDead({ queue: 'many-dead', errorCode: 'ODD', limit: 2, actor: 'ops', reason: 'retry odd ones' });
   expect(replayed.filter((r) => r.replayed)).toHaveLength(2);
-  for (const r of replayed) await waitForStatus(q, r.id, 'succeeded');
+  for (const r of replayed) await waitForOutcome(q, r.id, 'succeeded');
   expect((await q.listDead({ queue: 'many-dead', errorCode: 'ODD' })).jobs).toHaveLength(1);
   await expect(q.listDead({ cursor: 'garbage' })).rejects.toThrow(/not a cursor/);
 });
@@ -96,7 +97,7 @@ test('cancel a pending job; a finished one is refused; discard keeps a dead job 
 
   await q.resumeQueue('cancels');
   const doomed = await q.enqueue('cancels', {});
-  await waitForStatus(q, doomed, 'dead');
+  await waitForOutcome(q, doomed, 'dead');
   expect((await refusal(q.cancel(doomed))).message).toMatch(/is dead: only scheduled, pending, running jobs can be cancelled/);
   await q.discard(doomed, { actor: 'ops', reason: 'not worth fixing' });
   expect((await q.getJob(doomed))?.status).toBe('cancelled');
@@ -121,11 +122,12 @@ test('cancelling a running job aborts its handler on the process that runs it; t
   await worker.start();
   const operator = fx.make(); // another node: its own pool and listener
   const id = await operator.enqueue('long', {});
-  await waitForStatus(operator, id, 'running');
+  await claimed(testSignals(worker), id);
   await operator.cancel(id, { actor: 'ops' });
-  await waitFor(() => late !== '', 5_000);
+  // Ends once the handler returned and its refused write was recorded.
+  await attemptEnded(testSignals(worker), id, 'cancelled', 5_000);
   expect(late).toBe('CANCELLED');
-  await waitFor(() => worker.metrics.count('lease_lost', { reason: 'cancelled' }) === 1);
+  expect(worker.metrics.count('lease_lost', { reason: 'cancelled' })).toBe(1);
   const job = await operator.getJob(id);
   expect(job?.status).toBe('cancelled');
   const history = await operator.getJobEvents(id);
@@ -147,17 +149,18 @@ test('pause stops claims in every process (running jobs finish) and shows in sta
   });
   await a.start();
   const slow = await b.enqueue('pausable', { slow: true });
-  await waitForStatus(b, slow, 'running');
+  await claimed(testSignals(a), slow);
   await b.pauseQueue('pausable');
   const queued = await b.enqueueMany(Array.from({ length: 5 }, () => ({ queue: 'pausable', payload: {} })));
   release();
-  await waitForStatus(b, slow, 'succeeded'); // running work finishes while paused
-  await sleep(600); // three poll intervals of the worker
+  await waitForOutcome(a, slow, 'succeeded'); // running work finishes while paused
+  expect(await nextClaims(testSignals(a), 'pausable', 3)).toEqual([]); // three claims (polls) of the worker took nothing
   expect(ran).toEqual([slow]);
   const stats = await b.stats();
   expect(stats.queues.find((s) => s.queue === 'pausable')).toMatchObject({ paused: true, counts: { pending: 5 } });
   await b.resumeQueue('pausable');
-  await waitFor(() => ran.length === 6, 5_000);
+  await allEnded(testSignals(a), queued, 'succeeded', 5_000);
+  expect(ran).toHaveLength(6);
   expect((await b.stats()).queues.find((s) => s.queue === 'pausable')?.paused).toBe(false);
   await expect(b.pauseQueue('no-such-queue')).rejects.toThrow(/not declared/);
 });
@@ -218,7 +221,7 @@ test('stats report live counts, recently finished ones, the oldest claimable job
   await fx.insertJobs('stats', 2);
   await fx.pool.query(`UPDATE pgqueue.jobs SET available_at = now() - interval '90 seconds' WHERE queue_name = 'stats' AND status = 'pending'`);
   await fx.pool.query(`UPDATE pgqueue.jobs SET finished_at = now() - interval '1 hour' WHERE queue_name = 'stats' AND status = 'dead'`);
-  await waitFor(() => q.notifier.listening);
+  await testSignals(q).notifier.listening.next();
   const stats = await q.stats();
   const s = stats.queues.find((x) => x.queue === 'stats')!;
   expect(s.counts).toEqual({ scheduled: 0, pending: 2, running: 0, dead: 3, recent: { succeeded: 2, cancelled: 1 } });

@@ -1,8 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import { PermanentJobError, RetryableJobError } from '../../lib/engine/index.js';
-import { createQueries } from '../../lib/engine/sql.js';
+import { createStore } from '../../lib/engine/store/index.js';
 import { claimParams, planNodes, type PlanNode } from '../support/claim-plan.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
+import { nextClaims, testSignals } from '../support/signals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -82,9 +83,10 @@ test('a poisoned (dead) job blocks exactly its own key until it is replayed; sta
     { queue: 'poison', payload: { name: 'b2' }, options: { orderingKey: 'B' } },
   ]);
   const free = await q.enqueue('poison', { name: 'free' });
-  await waitForStatus(q, a1!, 'dead');
-  for (const id of [b1!, b2!, free]) await waitForStatus(q, id, 'succeeded');
-  await new Promise((r) => setTimeout(r, 500));
+  await waitForOutcome(q, a1!, 'dead');
+  for (const id of [b1!, b2!, free]) await waitForOutcome(q, id, 'succeeded');
+  // Two more claims (polls) ran, and neither took the dead head's successors.
+  expect(await nextClaims(testSignals(q), 'poison', 2)).toEqual([]);
   expect((await q.getJob(a2!))?.status).toBe('pending');
   expect((await q.getJob(a3!))?.status).toBe('pending');
   expect(done).toEqual(expect.arrayContaining(['b1', 'b2', 'free']));
@@ -94,7 +96,7 @@ test('a poisoned (dead) job blocks exactly its own key until it is replayed; sta
 
   healed = true;
   await q.replay(a1!, { actor: 'ops', reason: 'fixed' });
-  for (const id of [a1!, a2!, a3!]) await waitForStatus(q, id, 'succeeded');
+  for (const id of [a1!, a2!, a3!]) await waitForOutcome(q, id, 'succeeded');
   expect(done.slice(-3)).toEqual(['a1', 'a2', 'a3']);
   expect((await q.stats()).queues.find((s) => s.queue === 'poison')?.blockedKeys).toBe(0);
 });
@@ -116,16 +118,16 @@ test('a gap (a cancelled job) does not block its key; discarding a dead head unb
   });
   await worker.start();
   await q.resumeQueue('gaps');
-  await waitForStatus(q, g3!, 'succeeded');
+  await waitForOutcome(worker, g3!, 'succeeded');
   expect(done).toEqual(['g3']);
 
   const [d1, d2] = await q.enqueueMany([
     { queue: 'gaps', payload: { name: 'd1', die: true }, options: { orderingKey: 'D' } },
     { queue: 'gaps', payload: { name: 'd2' }, options: { orderingKey: 'D' } },
   ]);
-  await waitForStatus(q, d1!, 'dead');
+  await waitForOutcome(worker, d1!, 'dead');
   await q.discard(d1!, { reason: 'give up on it' });
-  await waitForStatus(q, d2!, 'succeeded');
+  await waitForOutcome(worker, d2!, 'succeeded');
 });
 
 test('a delayed retry keeps its key: the successor waits for the retry to succeed', async () => {
@@ -137,7 +139,7 @@ test('a delayed retry keeps its key: the successor waits for the retry to succee
   });
   await q.start();
   const ids = await q.enqueueMany(['r1', 'r2'].map((name) => ({ queue: 'retry-key', payload: { name }, options: { orderingKey: 'R' } })));
-  await waitForStatus(q, ids[1]!, 'succeeded');
+  await waitForOutcome(q, ids[1]!, 'succeeded');
   expect(order).toEqual(['r1#1', 'r1#2', 'r1#3', 'r2#1']);
 });
 
@@ -177,7 +179,7 @@ test('fair claims: under a flood of high-priority jobs a low-priority job waits 
 test("finishing a batch of keyed jobs reads only the batch's keys: promotion and forgetting probe each key, whatever the statistics say", async () => {
   const keys = 5_000;
   const batch = 40;
-  const queries = createQueries('pgqueue');
+  const store = createStore('pgqueue');
   const q = fx.make();
   await q.declareQueues(['promo']);
   // Statistics taken while nothing waited: the trap for a join-shaped statement.
@@ -188,11 +190,12 @@ test("finishing a batch of keyed jobs reads only the batch's keys: promotion and
   const client = await fx.pool.connect();
   try {
     await client.query('BEGIN');
-    const claimed = (await client.query({ text: queries.claim.text, values: claimParams(queries, 'promo', batch) })).rows as { id: string; lease_token: string }[];
+    const claimed = await store.claim(client, claimParams('promo', batch));
     expect(claimed).toHaveLength(batch);
-    const [done] = (await client.query({ text: queries.completeMany.text, values: [claimed.map((r) => r.id), claimed.map((r) => r.lease_token), 'explainer'] })).rows;
-    expect(done.key_names).toHaveLength(batch);
-    const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${queries.promoteKeyHeads.text}`, [done.key_queues, done.key_names, 'pgqueue_test']);
+    const done = await store.completeMany(client, { ids: claimed.map((r) => r.id), tokens: claimed.map((r) => r.leaseToken), owner: 'explainer' });
+    expect(done.keys.names).toHaveLength(batch);
+    const promote = store.statements.promoteKeyHeads;
+    const { rows } = await client.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${promote.text}`, promote.values({ keys: done.keys, channel: 'pgqueue_test' }));
     const nodes = planNodes(rows[0]['QUERY PLAN'][0].Plan as PlanNode);
     const read = (relation: string) =>
       nodes

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { PermanentJobError, RetryableJobError, type PgQueueOptions } from '../../lib/engine/index.js';
-import { createQueries } from '../../lib/engine/sql.js';
+import { createStore } from '../../lib/engine/store/index.js';
 import { engineFixture, testLogger, waitFor } from '../support/engine.js';
 
 /**
@@ -145,11 +145,11 @@ test('preparedStatements is checked like every option', () => {
 
 test("statement names fit PostgreSQL's 63-byte limit with the longest schema name, so none is cut short into another", async () => {
   const schema = `s${'x'.repeat(56)}`;
-  const names = Object.values(createQueries(schema)).flatMap((q) => (typeof q === 'object' && !q.planPerCall ? [q.name] : []));
+  const names = Object.values(createStore(schema).statements).flatMap((q) => (!q.planPerCall ? [q.name] : []));
   expect(names.filter((name) => Buffer.byteLength(name) > 63)).toEqual([]);
   expect(new Set(names).size).toBe(names.length);
   // Another schema gets other names: two engines on one pool never share a statement.
-  const others = new Set(Object.values(createQueries(`s${'y'.repeat(56)}`)).flatMap((q) => (typeof q === 'object' ? [q.name] : [])));
+  const others = new Set(Object.values(createStore(`s${'y'.repeat(56)}`).statements).map((q) => q.name));
   expect(names.filter((name) => others.has(name))).toEqual([]);
 
   // And the engine runs on it: before, every statement whose cut name another had taken failed.

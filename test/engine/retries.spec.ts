@@ -1,6 +1,6 @@
 import { PermanentJobError, RetryableJobError, type JobEvent } from '../../lib/engine/index.js';
 import { backoffDelayMs, classifyFailure, decideRetry } from '../../lib/engine/retry.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
 
 describe('classification and backoff (unit)', () => {
   const backoff = { baseMs: 100, maxMs: 1_000 };
@@ -71,7 +71,7 @@ describe('retries against the database', () => {
     });
     await q.start();
     const id = await q.enqueue('perm', { v: 9 });
-    const job = await waitForStatus(q, id, 'dead');
+    const job = await waitForOutcome(q, id, 'dead');
     expect(job).toMatchObject({ attemptCount: 1, lastErrorCode: 'UNSUPPORTED_VERSION', lastErrorMessage: 'unsupported payload version 9' });
     expect((await q.getJobEvents(id)).map((e) => e.kind)).toEqual(['dead']);
   });
@@ -79,7 +79,7 @@ describe('retries against the database', () => {
   test('a transient error retries with growing jittered delays and ends dead after max attempts, row kept', async () => {
     const q = fx.make({ scheduler: { intervalMs: 20 } });
     const failures: Extract<JobEvent, { type: 'failed' }>[] = [];
-    q.metrics.events$.subscribe((e) => e.type === 'failed' && failures.push(e));
+    q.onJobEvent((e) => e.type === 'failed' && failures.push(e));
     const startedAt: number[] = [];
     q.work('flaky', async () => {
       startedAt.push(Date.now());
@@ -87,7 +87,7 @@ describe('retries against the database', () => {
     }, { maxAttempts: 4, backoff: { baseMs: 100, maxMs: 10_000 } });
     await q.start();
     const id = await q.enqueue('flaky', {});
-    const job = await waitForStatus(q, id, 'dead');
+    const job = await waitForOutcome(q, id, 'dead');
     expect(job).toMatchObject({ attemptCount: 4, lastErrorCode: 'UPSTREAM_TIMEOUT' });
     expect(failures.map((f) => [f.attempt, f.dead])).toEqual([[1, false], [2, false], [3, false], [4, true]]);
     // Each retry's delay lies within its attempt's doubling cap...
@@ -113,7 +113,7 @@ describe('retries against the database', () => {
     }, { maxAttempts: 10, unknownErrorAttempts: 2, backoff: { baseMs: 0, maxMs: 0 } });
     await q.start();
     const id = await q.enqueue('weird', {});
-    const job = await waitForStatus(q, id, 'dead');
+    const job = await waitForOutcome(q, id, 'dead');
     expect(job.attemptCount).toBe(2);
     expect(job.lastErrorCode).toBe('NON_ERROR_THROWN');
     expect(job.lastErrorMessage).toMatch(/non-Error value \(string\): not an error object/);
@@ -126,7 +126,7 @@ describe('retries against the database', () => {
     }, { leaseMs: 30_000 });
     await q.start();
     const id = await q.enqueue('fractional', {});
-    await waitForStatus(q, id, 'succeeded');
+    await waitForOutcome(q, id, 'succeeded');
     expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toEqual([['retry_scheduled', 'SLOW_DOWN']]);
   });
 
@@ -139,7 +139,7 @@ describe('retries against the database', () => {
     });
     await q.start();
     const id = await q.enqueue('recover', {});
-    await waitForStatus(q, id, 'succeeded');
+    await waitForOutcome(q, id, 'succeeded');
     expect(calls).toBe(2);
   });
 });

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseLostError, RetryableJobError } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -27,7 +27,7 @@ test("ctx.complete commits the handler's writes with the job's success, atomical
   });
   await q.start();
   const id = await q.enqueue('tx-ok', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   expect((await fx.pool.query(`SELECT note FROM ledger WHERE job_id = $1`, [id])).rows).toEqual([{ note: 'ok' }]);
 });
 
@@ -41,7 +41,7 @@ test('ctx.complete rolls back with the work when the work throws, and the job is
   });
   await q.start();
   const id = await q.enqueue('tx-throw', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   expect((await fx.pool.query(`SELECT token::int FROM ledger WHERE job_id = $1`, [id])).rows).toEqual([{ token: 2 }]);
 });
 
@@ -98,7 +98,7 @@ test("ctx.complete waits at most lockTimeoutMs for a row someone else holds, wri
     }, { backoff: { baseMs: 0, maxMs: 0 } });
     await q.start();
     const id = await q.enqueue('tx-locked', {});
-    await waitForStatus(q, id, 'succeeded');
+    await waitForOutcome(q, id, 'succeeded');
     expect(outcomes).toEqual(['attempt 1: FENCE_LOCK_TIMEOUT after ~200 ms', 'attempt 2: completed']);
     expect((await fx.pool.query(`SELECT token::int AS attempt FROM ledger WHERE job_id = $1`, [id])).rows).toEqual([{ attempt: 2 }]);
     expect((await q.getJob(id))?.lastErrorCode).toBe('FENCE_LOCK_TIMEOUT');
@@ -116,7 +116,7 @@ test('a confirmed effect is not repeated on a later attempt; its stored result i
   });
   await q.start();
   const id = await q.enqueue('pay', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   const key = `pgqueue:pay:${id}:charge`;
   expect((await fx.pool.query(`SELECT calls FROM gateway WHERE key = $1`, [key])).rows).toEqual([{ calls: 1 }]);
   expect(results).toEqual([{ chargeId: `ch_${key.length}` }, { chargeId: `ch_${key.length}` }]);
@@ -144,7 +144,7 @@ test('an uncertain effect (started, never confirmed) is reconciled at the destin
   });
   await q.start();
   const id = await q.enqueue('pay-reconcile', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   expect((await fx.pool.query(`SELECT calls FROM gateway WHERE key = $1`, [`pgqueue:pay-reconcile:${id}:charge`])).rows).toEqual([{ calls: 1 }]);
   const [effect] = await q.getJobEffects(id);
   expect(effect).toMatchObject({ status: 'confirmed', attempts: 2, result: { reconciled: true } });
@@ -162,7 +162,7 @@ test('without reconcile, an uncertain effect is called again with the same key',
   });
   await q.start();
   const id = await q.enqueue('pay-retry', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   // Two calls reached the gateway, with one key: it deduplicates, so one charge.
   expect((await fx.pool.query(`SELECT count(*)::int AS charges, sum(calls)::int AS calls FROM gateway WHERE key = $1`, [`pgqueue:pay-retry:${id}:charge`])).rows).toEqual([{ charges: 1, calls: 2 }]);
 });
@@ -176,7 +176,7 @@ test('an ordering key moves on when its head completes transactionally', async (
   });
   await q.start();
   const ids = await q.enqueueMany([1, 2, 3].map((n) => ({ queue: 'tx-keyed', payload: { n }, options: { orderingKey: 'T' } })));
-  await waitForStatus(q, ids[2]!, 'succeeded');
+  await waitForOutcome(q, ids[2]!, 'succeeded');
   expect(order).toEqual(['n1', 'n2', 'n3']);
 });
 
@@ -195,7 +195,7 @@ test("ctx.complete inside the caller's own transaction: committed with it; rolle
   }, { leaseMs: 300, abortMarginMs: 50, backoff: { baseMs: 0, maxMs: 0 } });
   await q.start();
   const id = await q.enqueue('tx-own', {});
-  const job = await waitForStatus(q, id, 'succeeded');
+  const job = await waitForOutcome(q, id, 'succeeded');
   expect(job.attemptCount).toBe(2);
   expect((await fx.pool.query(`SELECT token::int FROM ledger WHERE job_id = $1`, [id])).rows).toEqual([{ token: 2 }]);
   // Rolled back: recorded as a failed attempt as soon as the handler returns, not a lease later (D14).
@@ -213,7 +213,7 @@ test('D8: an effect whose result cannot be stored is recorded as happened, the j
   await q.start();
   for (const shape of ['huge', 'bigint'] as const) {
     const id = await q.enqueue('pay-unstorable', { shape });
-    const dead = await waitForStatus(q, id, 'dead');
+    const dead = await waitForOutcome(q, id, 'dead');
     expect(dead).toMatchObject({ attemptCount: 1, lastErrorCode: 'EFFECT_RESULT_NOT_STORED' });
     const key = `pgqueue:pay-unstorable:${id}:charge`;
     expect((await fx.pool.query(`SELECT calls FROM gateway WHERE key = $1`, [key])).rows).toEqual([{ calls: 1 }]);
@@ -242,9 +242,9 @@ test('D8: with reconcile, a replay asks the destination for the result an earlie
   });
   await q.start();
   const id = await q.enqueue('pay-unstorable-rec', {});
-  await waitForStatus(q, id, 'dead');
+  await waitForOutcome(q, id, 'dead');
   await q.replay(id, { actor: 'test' });
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   const key = `pgqueue:pay-unstorable-rec:${id}:charge`;
   expect((await fx.pool.query(`SELECT calls FROM gateway WHERE key = $1`, [key])).rows).toEqual([{ calls: 1 }]);
   expect(results).toEqual([{ receipt: `short:${key.length}` }]);
@@ -263,7 +263,7 @@ test('ctx.effect inside ctx.complete is refused before anything is called', asyn
   });
   await q.start();
   const id = await q.enqueue('effect-in-tx', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   expect(errors).toEqual([expect.objectContaining({ code: 'EFFECT_INSIDE_COMPLETE' })]);
   expect((await fx.pool.query(`SELECT count(*)::int AS n FROM gateway WHERE key LIKE $1`, [`pgqueue:effect-in-tx:${id}:%`])).rows).toEqual([{ n: 0 }]);
 });

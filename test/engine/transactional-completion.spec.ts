@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseLostError, PgQueueError } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
+import { testSignals } from '../support/signals.js';
 
 // ctx.complete off the happy path: a caller's transaction that is old, not a transaction at all,
 // or fails to commit; refusals while every pool connection is taken; the caller's settings.
@@ -81,7 +82,7 @@ test('D7: ctx.complete({ client }) with a client outside a transaction is refuse
   expect(errors[0]).toBeInstanceOf(PgQueueError);
   expect(errors[0]).toMatchObject({ code: 'CLIENT_NOT_IN_TRANSACTION' });
   expect((errors[0] as Error).message).toMatch(/BEGIN/);
-  await waitForStatus(q, id, 'dead');
+  await waitForOutcome(q, id, 'dead');
 });
 
 test("D19: ctx.complete restores the caller's lock_timeout", async () => {
@@ -105,7 +106,7 @@ test("D19: ctx.complete restores the caller's lock_timeout", async () => {
   });
   await q.start();
   const id = await q.enqueue('d19', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   await waitFor(() => seen.length === 2);
   expect(seen).toEqual(['7s', '0']);
 });
@@ -128,7 +129,7 @@ test("D14: when the caller's COMMIT after ctx.complete({ client }) fails, the at
   }, { leaseMs: 30_000, backoff: { baseMs: 0, maxMs: 0 } });
   await q.start();
   const id = await q.enqueue('d14', {});
-  const job = await waitForStatus(q, id, 'succeeded');
+  const job = await waitForOutcome(q, id, 'succeeded');
   expect(job.attemptCount).toBe(2);
   expect((await q.getJobEvents(id)).map((e) => [e.kind, e.attempt, e.errorCode])).toEqual([['retry_scheduled', 1, 'SQLSTATE_23505']]);
 });
@@ -149,7 +150,7 @@ test('D14: a handler that rolls back after ctx.complete({ client }) and returns 
   }, { leaseMs: 30_000, backoff: { baseMs: 0, maxMs: 0 } });
   await q.start();
   const id = await q.enqueue('d14-rollback', {});
-  const job = await waitForStatus(q, id, 'succeeded');
+  const job = await waitForOutcome(q, id, 'succeeded');
   expect(job.attemptCount).toBe(2);
   expect(await ledger(id)).toEqual([{ attempt: 2, note: 'rolled back?' }]);
   expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toEqual([['retry_scheduled', 'COMPLETION_NOT_COMMITTED']]);
@@ -180,7 +181,7 @@ test('D2: ten refused ctx.complete calls at once (pool 10, concurrency 10) do no
   expect(refusals).toEqual(Array.from({ length: 10 }, () => 'cancelled'));
   // The process still enqueues, claims and completes.
   const after = await q.enqueue('d2', { n: 0 });
-  await waitForStatus(q, after, 'succeeded', 10_000);
+  await waitForOutcome(q, after, 'succeeded', 10_000);
   // Each refusal is in its job's history.
   for (const id of ids) expect((await q.getJobEvents(id)).map((e) => [e.kind, e.errorCode])).toContainEqual(['lost_fence', 'CANCELLED']);
 });
@@ -204,11 +205,8 @@ test('D18: retryable SQLSTATEs from a handler (inside ctx.complete too) are tran
   ];
   const ids = await q.enqueueMany(cases.map(({ state, inside }) => ({ queue: 'd18', payload: { state, inside } })));
   for (const [i, c] of cases.entries()) {
-    const job = await waitFor(async () => {
-      const row = await q.getJob(ids[i]!);
-      return row && (row.status === 'succeeded' || row.status === 'dead') ? row : undefined;
-    });
-    expect([c.state, job.status]).toEqual([c.state, c.end]);
+    const ended = await testSignals(q).worker.attemptEnded.waitFor((e) => e.jobId === ids[i] && (e.outcome === 'succeeded' || e.outcome === 'dead'));
+    expect([c.state, ended.outcome, (await q.getJob(ids[i]!))?.status]).toEqual([c.state, c.end, c.end]);
     const codes = (await q.getJobEvents(ids[i]!)).map((e) => e.errorCode);
     expect(codes[0]).toBe(`SQLSTATE_${c.state}`);
   }
@@ -244,6 +242,7 @@ test('a heartbeat inside ctx.complete whose transaction rolls back does not exte
   }, { leaseMs: 1_000, abortMarginMs: 200, concurrency: 2, backoff: { baseMs: 0, maxMs: 0 } });
   await q.start();
   const id = await q.enqueue('hb-rollback', {});
+  // Real time on purpose (the lease of 1 s really runs out); this poll only waits for the end.
   await waitFor(async () => (await q.getJob(id))?.status === 'succeeded' && running === 0, 10_000);
   expect(problems).toEqual([]);
   expect(maxRunning).toBe(1);
@@ -268,6 +267,6 @@ test('an enqueue inside ctx.complete to a queue this process has not seen reads 
   }, { concurrency: 2 });
   await q.start();
   const ids = await q.enqueueMany([{ queue: 'enqueue-in-tx', payload: {} }, { queue: 'enqueue-in-tx', payload: {} }]);
-  for (const id of ids) await waitForStatus(q, id, 'succeeded', 10_000);
+  for (const id of ids) await waitForOutcome(q, id, 'succeeded', 10_000);
   expect(errors).toEqual([]);
 });

@@ -5,7 +5,7 @@ import { Test, type TestingModule } from '@nestjs/testing';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
-  drainQueues,
+  drainQueues as deprecatedDrainQueues,
   InvalidOptionError,
   JobHandler,
   PG_QUEUE_ENGINE,
@@ -17,6 +17,7 @@ import {
   type PgQueueModuleOptions,
   type PgQueueOptionsFactory,
 } from '../../lib/index.js';
+import { drainQueues, DrainQueuesError } from '../../lib/testing/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { CapturingLogger } from '../support/nest.js';
 
@@ -169,7 +170,7 @@ describe('PgQueueModule', () => {
 
   it('reaperIntervalMs still works for one minor version, with a warning naming reaper.intervalMs', async () => {
     const { engine, logger } = await boot([PgQueueModule.forRoot({ connectionString: database.url, reaperIntervalMs: 1_234 })]);
-    expect(engine.reaper.config.intervalMs).toBe(1_234);
+    expect(engine.hostablePasses.find((pass) => pass.name === 'reaper')?.intervalMs).toBe(1_234);
     expect(logger.messages('warn')).toContainEqual(expect.stringMatching(/"reaperIntervalMs" is deprecated .* use "reaper.intervalMs"/));
   });
 
@@ -302,8 +303,19 @@ describe('PgQueueModule', () => {
   it('drainQueues rejects after its timeout, listing what is left', async () => {
     const { app, queue } = await boot([PgQueueModule.forRoot({ ...fast(), processing: false, queues: ['greetings'] })], [GreetingJobs]);
     const id = await queue.enqueue<Greeting>('greetings', { name: 'Alan' });
-    await expect(drainQueues(app, { timeoutMs: 200, queues: ['greetings'] })).rejects.toThrow(
-      new RegExp(`drainQueues: jobs still unfinished after 200 ms: greetings: \\d+ pending \\(id [\\d, ]*${id}`),
-    );
+    const failure = drainQueues(app, { timeoutMs: 200, queues: ['greetings'] });
+    await expect(failure).rejects.toThrow(new RegExp(`drainQueues: jobs still unfinished after 200 ms: greetings: \\d+ pending \\(id [\\d, ]*${id}`));
+    await expect(failure).rejects.toMatchObject({ code: 'DRAIN_TIMEOUT' });
+    await expect(failure).rejects.toBeInstanceOf(DrainQueuesError);
+  });
+
+  it('drainQueues of an application without PgQueueModule fails with ENGINE_NOT_FOUND', async () => {
+    const moduleRef = await Test.createTestingModule({}).compile();
+    await expect(drainQueues(moduleRef)).rejects.toMatchObject({ code: 'ENGINE_NOT_FOUND', message: expect.stringMatching(/no PgQueue engine in this application/) });
+    await moduleRef.close();
+  });
+
+  it('the root export drainQueues (deprecated) is the one of nestjs-pg-queue/testing', () => {
+    expect(deprecatedDrainQueues).toBe(drainQueues);
   });
 });

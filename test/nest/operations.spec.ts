@@ -16,7 +16,7 @@ import {
   type ReplayOutcome,
 } from '../../lib/index.js';
 import { QUEUES, type ImportCatalog } from '../../sample-app/jobs/job-payloads.js';
-import { waitFor } from '../support/engine.js';
+import { attemptEnded } from '../support/signals.js';
 import { aborted, bootSampleApp, Gates, type SampleApp } from '../support/sample-app.js';
 
 interface Op {
@@ -61,7 +61,8 @@ describe('operating the queue', () => {
   let s: SampleApp;
   const json = async <T>(response: Response | Promise<Response>): Promise<T> => (await response).json() as Promise<T>;
   const statusOf = async (id: string) => (await s.queue.get(id))?.status;
-  const waitForStatus = (id: string, status: string) => waitFor(async () => (await statusOf(id)) === status);
+  /** The next attempt of `id` ended so (signals of the engine: no polling). */
+  const ended = (id: string, outcome: 'succeeded' | 'dead') => attemptEnded(s.signals, id, outcome);
 
   beforeAll(async () => {
     s = await bootSampleApp(
@@ -82,7 +83,7 @@ describe('operating the queue', () => {
         [1, 2, 3].map((n) => ({ queue: QUEUES.imports, payload: { version: 1, source: `s3://bucket/${n}.csv` } })),
       );
       const other = await s.queue.enqueue<Op>('ops', { mode: 'fail', code: 'BAD_INPUT' });
-      for (const id of [...imports, other]) await waitForStatus(id, 'dead');
+      await Promise.all([...imports, other].map((id) => ended(id, 'dead')));
 
       const first = await json<DeadJobPage>(s.get(`/dead?queue=${QUEUES.imports}&limit=2`));
       expect(first.jobs).toHaveLength(2);
@@ -112,13 +113,13 @@ describe('operating the queue', () => {
     it('replay keeps the id and the idempotency key, and appends to the history who and why', async () => {
       importerFixed = false;
       const id = await s.queue.enqueue<Op>('ops', { mode: 'broken-until-fixed' });
-      await waitForStatus(id, 'dead');
+      await ended(id, 'dead');
 
       importerFixed = true;
       const response = await s.post(`/jobs/${id}/replay`, { reason: 'importer fixed in v2.3' }, { 'x-actor': 'ada@example.com' });
       expect(response.status).toBe(200);
       expect(await response.json()).toEqual({ id, replayed: true });
-      await waitForStatus(id, 'succeeded');
+      await ended(id, 'succeeded');
 
       expect(await s.queue.get(id)).toMatchObject({ id, status: 'succeeded', attemptCount: 1 }); // a fresh budget
       const keys = keysSeen.get(id)!;
@@ -134,7 +135,7 @@ describe('operating the queue', () => {
 
     it('refuses to replay a job that is not dead: 409 JOB_NOT_DEAD with a message that says why', async () => {
       const id = await s.queue.enqueue<Op>('ops', { mode: 'ok' });
-      await waitForStatus(id, 'succeeded');
+      await ended(id, 'succeeded');
       const response = await s.post(`/jobs/${id}/replay`, { reason: 'by mistake' });
       expect(response.status).toBe(409);
       expect(await response.json()).toEqual({
@@ -158,20 +159,21 @@ describe('operating the queue', () => {
 
     it('replays a queue’s dead jobs of one error code in bulk', async () => {
       const ids = await Promise.all([1, 2].map(() => s.queue.enqueue<Op>('ops', { mode: 'fail', code: 'BULK_CODE' })));
-      for (const id of ids) await waitForStatus(id, 'dead');
+      await Promise.all(ids.map((id) => ended(id, 'dead')));
       const response = await s.post('/queues/ops/dead/replay', { errorCode: 'BULK_CODE', reason: 'bulk' });
       expect(response.status).toBe(200);
       const outcomes = await json<ReplayOutcome[]>(response);
       expect(outcomes.map((o) => o.id).sort()).toEqual([...ids].sort());
       expect(outcomes.every((o) => o.replayed)).toBe(true);
       // They fail again (the cause was not fixed): dead, with both deaths and the replay in history.
-      for (const id of ids) await waitFor(async () => (await s.queue.history(id)).length === 3);
+      await Promise.all(ids.map((id) => ended(id, 'dead')));
+      for (const id of ids) expect(await s.queue.history(id)).toHaveLength(3);
       expect((await s.queue.history(ids[0]!)).map((e) => e.kind)).toEqual(['dead', 'replayed', 'dead']);
     });
 
     it('discards a dead job (kept as cancelled), then deletes it, recording the purge', async () => {
       const id = await s.queue.enqueue<Op>('ops', { mode: 'fail', code: 'DISCARD_ME' });
-      await waitForStatus(id, 'dead');
+      await ended(id, 'dead');
       const discard = await s.post(`/jobs/${id}/discard`, { reason: 'not needed' }, { 'x-actor': 'ops-bot' });
       expect(discard.status).toBe(200);
       expect(await discard.json()).toEqual({ id, deleted: false });
@@ -193,7 +195,7 @@ describe('operating the queue', () => {
 
     it('purges dead jobs older than a date through QueueService, recording what it removed', async () => {
       const id = await s.queue.enqueue<Op>('ops', { mode: 'fail', code: 'PURGE_ME' });
-      await waitForStatus(id, 'dead');
+      await ended(id, 'dead');
       const before = (await s.queue.listDead({ queue: 'ops' })).jobs.length;
       expect(before).toBeGreaterThanOrEqual(1);
       const removed = await s.queue.purgeDead({ olderThan: new Date(Date.now() + 60_000), queue: 'ops', actor: 'test', reason: 'retention' });
@@ -211,13 +213,15 @@ describe('operating the queue', () => {
     const subscription = s.queue.events$.subscribe((event) => events.push(event));
     try {
       const id = await s.queue.enqueue<Op>('ops', { mode: 'block' });
-      await waitFor(() => gates.started.has(id));
+      await gates.whenStarted(id);
       const response = await s.post(`/jobs/${id}/cancel`, { reason: 'customer asked' }, { 'x-actor': 'support' });
       expect(response.status).toBe(200);
       expect(await response.json()).toEqual({ id, cancelled: true });
 
-      await waitFor(() => abortedWith.get(id) === 'CANCELLED');
-      const lost = await waitFor(() => events.find((e) => e.type === 'lease_lost' && e.jobId === id));
+      // The attempt ends once the handler's refused write is recorded: aborted, lost, then ended.
+      await attemptEnded(s.signals, id, 'cancelled');
+      expect(abortedWith.get(id)).toBe('CANCELLED');
+      const lost = events.find((e) => e.type === 'lease_lost' && e.jobId === id);
       expect(lost).toMatchObject({ type: 'lease_lost', queue: 'ops', reason: 'cancelled', operation: 'fail' });
       expect(events.some((e) => e.type === 'claimed' && e.jobId === id)).toBe(true);
       expect(await s.queue.get(id)).toMatchObject({ status: 'cancelled' });
@@ -248,15 +252,15 @@ describe('operating the queue', () => {
 
     const id = await s.queue.enqueue<Op>('ops', { mode: 'ok' });
     // Two more claim statements of the queue ran after the enqueue, and neither took the job.
-    const claims = () => s.engine.metrics.count('claim_queries', { queue: 'ops' });
-    const after = claims();
-    await waitFor(() => claims() >= after + 2);
+    const claims = s.signals.worker.batchClaimed;
+    claims.clear();
+    for (let n = 0; n < 2; n++) expect((await claims.waitFor((b) => b.queue === 'ops')).jobIds).toEqual([]);
     expect(await statusOf(id)).toBe('pending');
     expect((await queueStats()).counts.pending).toBe(1);
 
     const resume = await s.post('/queues/ops/resume');
     expect(await resume.json()).toEqual({ queue: 'ops', paused: false });
-    await waitForStatus(id, 'succeeded');
+    await ended(id, 'succeeded');
     expect(await queueStats()).toMatchObject({ paused: false, pausedAt: null, slots: { busy: 0, total: 4 } });
 
     const unknown = await s.post('/queues/no-such-queue/pause');
@@ -271,7 +275,7 @@ describe('operating the queue', () => {
       expect(await healthy.json()).toMatchObject({ status: 'ok', info: { pgQueue: { status: 'up', problems: [] } } });
 
       const holder = await s.queue.enqueue('slow', {});
-      await waitFor(() => gates.started.has(holder));
+      await gates.whenStarted(holder);
       const waiting = await s.queue.enqueue('slow', {});
       // It has waited 10 s (by the database's clock) behind the busy slot; the module's limit is 1 s.
       await s.sql.query(`UPDATE pgqueue.jobs SET available_at = now() - interval '10 seconds' WHERE id = $1`, [waiting]);
@@ -291,7 +295,7 @@ describe('operating the queue', () => {
 
       gates.open(holder);
       gates.open(waiting);
-      await waitForStatus(waiting, 'succeeded');
+      await ended(waiting, 'succeeded');
       const up = await s.get('/health');
       expect(up.status).toBe(200);
       expect(await up.json()).toMatchObject({ status: 'ok', info: { pgQueue: { status: 'up', oldestClaimableAgeMs: null } } });
@@ -300,7 +304,7 @@ describe('operating the queue', () => {
     it('takes thresholds per call over the module’s, and validates them', async () => {
       const indicator = s.app.get(PgQueueHealthIndicator);
       const holder = await s.queue.enqueue('slow', {});
-      await waitFor(() => gates.started.has(holder));
+      await gates.whenStarted(holder);
       const waiting = await s.queue.enqueue('slow', {});
       await s.sql.query(`UPDATE pgqueue.jobs SET available_at = now() - interval '10 seconds' WHERE id = $1`, [waiting]);
       try {
@@ -325,7 +329,7 @@ describe('operating the queue', () => {
       } finally {
         gates.open(holder);
         gates.open(waiting);
-        await waitForStatus(waiting, 'succeeded');
+        await ended(waiting, 'succeeded');
       }
     });
   });

@@ -16,6 +16,7 @@ import {
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { waitFor } from '../support/engine.js';
 import { CapturingLogger } from '../support/nest.js';
+import { engineInternals } from '../../lib/engine/internals.js';
 
 /** The application's own scheduled task, as most Nest apps have one. */
 const TICK_MS = 100;
@@ -123,14 +124,14 @@ describe('PgQueueModule and @nestjs/schedule', () => {
   it("without ScheduleModule runs the passes on the engine's own timers and registers nothing", async () => {
     const { app, engine } = await boot([PgQueueModule.forRoot({ ...fast(), queues: ['orphans'] })]);
     expect(registryOf(app)).toBeUndefined();
-    expect(engine.reaper['runner'].running).toBe(true);
-    expect(engine.pruner!['runner'].running).toBe(true);
+    expect(engineInternals(engine).reaper['runner'].running).toBe(true);
+    expect(engineInternals(engine).pruner!['runner'].running).toBe(true);
     await expectReaped(app, await orphanJob());
 
     await app.close();
     opened.splice(opened.indexOf(app), 1);
-    expect(engine.reaper['runner'].running).toBe(false);
-    expect(engine.pruner!['runner'].running).toBe(false);
+    expect(engineInternals(engine).reaper['runner'].running).toBe(false);
+    expect(engineInternals(engine).pruner!['runner'].running).toBe(false);
   });
 
   it('with ScheduleModule runs the passes from SchedulerRegistry, on one timer each, and removes them at shutdown', async () => {
@@ -138,13 +139,14 @@ describe('PgQueueModule and @nestjs/schedule', () => {
     const registry = app.get(SchedulerRegistry);
     expect(registry.getIntervals()).toEqual(expect.arrayContaining([REAPER_INTERVAL_NAME, PRUNER_INTERVAL_NAME]));
     // Never both timers: the engine's own ones stay off.
-    expect(engine.reaper['runner'].running).toBe(false);
-    expect(engine.pruner!['runner'].running).toBe(false);
+    expect(engineInternals(engine).reaper['runner'].running).toBe(false);
+    expect(engineInternals(engine).pruner!['runner'].running).toBe(false);
 
     // Exactly one timer runs the reaper's pass: at most N+1 passes in N intervals.
     let passes = 0;
-    const reapOnce = engine.reapOnce.bind(engine);
-    engine.reapOnce = () => {
+    const reaper = engineInternals(engine).reaper;
+    const reapOnce = reaper.runOnce.bind(reaper);
+    reaper.runOnce = () => {
       passes += 1;
       return reapOnce();
     };
@@ -162,7 +164,7 @@ describe('PgQueueModule and @nestjs/schedule', () => {
 
   it('with pruner: false registers no pruner', async () => {
     const { app, engine } = await boot([ScheduleModule.forRoot(), PgQueueModule.forRoot({ ...fast(), pruner: false })]);
-    expect(engine.pruner).toBeUndefined();
+    expect(engine.hostablePasses.map((pass) => pass.name)).toEqual(['reaper']);
     expect(app.get(SchedulerRegistry).getIntervals()).toContain(REAPER_INTERVAL_NAME);
     expect(app.get(SchedulerRegistry).getIntervals()).not.toContain(PRUNER_INTERVAL_NAME);
   });

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createQueries } from '../../lib/engine/sql.js';
+import { createStore } from '../../lib/engine/store/index.js';
 import { explainStatement } from '../support/claim-plan.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
 
@@ -82,11 +82,11 @@ test("a cancelled attempt's end is found by the job's primary key, even after a 
   // An operator cancels them all; no ANALYZE since: the planner thinks few are cancelled.
   await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', finished_at = now() WHERE queue_name = 'mass-cancel'`);
   const [{ id }] = (await fx.pool.query(`SELECT id::text FROM pgqueue.jobs WHERE queue_name = 'mass-cancel' ORDER BY id DESC LIMIT 1`)).rows;
-  const queries = createQueries('pgqueue');
+  const { endCancelledAttempt } = createStore('pgqueue').statements;
   const client = await fx.pool.connect();
   try {
     for (const mode of ['custom', 'generic'] as const) {
-      const plan = await explainStatement(client, queries.endCancelledAttempt, [id, 'w', '1'], 'jobs_pkey', mode);
+      const plan = await explainStatement(client, endCancelledAttempt, endCancelledAttempt.values({ id, owner: 'w', token: '1' }), 'jobs_pkey', mode);
       expect(plan.scans, mode).toEqual(['Index Scan on jobs_pkey']);
       expect(plan.jobsBuffers, mode).toBeLessThanOrEqual(10);
     }

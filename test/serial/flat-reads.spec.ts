@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { PgQueue } from '../../lib/engine/index.js';
-import { createQueries } from '../../lib/engine/sql.js';
+import { createStore } from '../../lib/engine/store/index.js';
 import { explainStatement, lastSent, recordingPool, type PlanMode, type PlanNode, type SentStatement, type StatementPlan } from '../support/claim-plan.js';
 import { engineFixture } from '../support/engine.js';
 
@@ -27,7 +27,7 @@ type Fixture = Awaited<ReturnType<typeof engineFixture>>;
 /** A database of its own, an engine whose statements are recorded, and a client to explain them. */
 async function setUp(label: string) {
   const fx = await engineFixture(label);
-  const recording = recordingPool(fx.url, createQueries('pgqueue'));
+  const recording = recordingPool(fx.url, createStore('pgqueue'));
   const engine = fx.make({ connectionString: undefined, pool: recording.pool });
   const client = new pg.Client({ connectionString: fx.url });
   await client.connect();
@@ -149,7 +149,7 @@ describe('stats() beside retained history', () => {
 
 // Two layouts: which plan the planner prefers for a filter (and so which wrong one it could take)
 // depends on what else the table holds and where, so each form of these statements that we
-// measured and rejected fails in one of them (see listDeadPage in lib/engine/sql.ts).
+// measured and rejected fails in one of them (see listDeadPage in lib/engine/store/operator.ts).
 describe.each([
   ['alone in the table', 0],
   ['after 200,000 jobs of history', LARGE],

@@ -135,7 +135,7 @@ test('the reaper recovers a lease whose worker went silent, with backoff, then d
 test('events stream: a lost fence on heartbeat is reported with its reason and aborts the handler', async () => {
   const q = fx.make();
   const events: JobEvent[] = [];
-  q.metrics.events$.subscribe((e) => events.push(e));
+  q.onJobEvent((e) => events.push(e));
   let outcome = '';
   q.work('cancel-me', async (job, ctx) => {
     // Past a third of the lease, so the heartbeat writes (and meets the cancellation), and far from

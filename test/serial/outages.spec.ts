@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { transaction } from '../../lib/engine/db.js';
+import { transaction } from '../../lib/engine/store/index.js';
 import { PgQueueError } from '../../lib/engine/index.js';
 import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';

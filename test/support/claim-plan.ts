@@ -1,9 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import type { Queries, QueryText } from '../../lib/engine/sql.js';
+import type { ClaimParams, StatementText, Store } from '../../lib/engine/store/index.js';
 
 /**
- * Plans and timings of the engine's real statements (the text from createQueries, or as the engine
+ * Plans and timings of the engine's real statements (the text from createStore, or as the engine
  * sent it: recordingPool), for the backlog test (test/serial/crash/backlog-recovery.spec.ts) and
  * the reads test (test/serial/flat-reads.spec.ts). Every statement runs inside a transaction that
  * is rolled back, so nothing changes.
@@ -26,14 +26,16 @@ export function planNodes(plan: PlanNode): PlanNode[] {
 }
 
 /**
- * The claim's parameters as the worker sends them: queue, owner, limit, lease ms, max runtime ms,
- * max attempts, backoff base ms, backoff max ms; any later parameter the statement has is 0 (the
- * jobs taken oldest-first by the fairness policy: 0 is strict priority).
+ * The claim's parameters as a worker sends them, for `queue` and `limit`; none taken oldest-first
+ * (strict priority), unless `overrides` says otherwise.
  */
-export function claimParams(queries: Queries, queue: string, limit: number): unknown[] {
-  const known = [queue, 'explainer', limit, 30_000, 60_000, 5, 1_000, 60_000];
-  const count = Math.max(0, ...[...queries.claim.text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
-  return Array.from({ length: count }, (_, i) => (i < known.length ? known[i] : 0));
+export function claimParams(queue: string, limit: number, overrides: Partial<ClaimParams> = {}): ClaimParams {
+  return { queue, owner: 'explainer', limit, leaseMs: 30_000, maxRuntimeMs: 60_000, maxAttempts: 5, backoffBaseMs: 1_000, backoffMaxMs: 60_000, oldestFirst: 0, ...overrides };
+}
+
+/** The claim's positional values, from its named parameters (as the store sends them). */
+export function claimValues(store: Store, queue: string, limit: number): unknown[] {
+  return store.statements.claim.values(claimParams(queue, limit));
 }
 
 export interface StatementPlan {
@@ -65,7 +67,7 @@ export type PlanMode = 'custom' | 'generic';
 /** EXPLAIN (ANALYZE, BUFFERS) of `statement`, rolled back; buffers counted for `index`. */
 export async function explainStatement(
   client: pg.ClientBase,
-  statement: QueryText,
+  statement: StatementText,
   params: unknown[],
   index: string,
   mode: PlanMode = 'custom',
@@ -116,8 +118,8 @@ export interface ClaimPlan extends StatementPlan {
 }
 
 /** EXPLAIN (ANALYZE, BUFFERS) of the real claim statement, rolled back so nothing changes. */
-export async function explainClaim(client: pg.ClientBase, queries: Queries, queue: string, limit: number): Promise<ClaimPlan> {
-  const plan = await explainStatement(client, queries.claim, claimParams(queries, queue, limit), 'jobs_claimable_idx');
+export async function explainClaim(client: pg.ClientBase, store: Store, queue: string, limit: number): Promise<ClaimPlan> {
+  const plan = await explainStatement(client, store.statements.claim, claimValues(store, queue, limit), 'jobs_claimable_idx');
   return { ...plan, claimableBuffers: plan.indexBuffers };
 }
 
@@ -125,14 +127,14 @@ export async function explainClaim(client: pg.ClientBase, queries: Queries, queu
  * Round-trip times (ms) of `repeats` real claims, each in its own transaction that is rolled back,
  * sent as the named (prepared) statement the worker uses. A few untimed warm-ups go first.
  */
-export async function timeClaims(client: pg.ClientBase, queries: Queries, queue: string, limit: number, repeats: number): Promise<number[]> {
-  const values = claimParams(queries, queue, limit);
+export async function timeClaims(client: pg.ClientBase, store: Store, queue: string, limit: number, repeats: number): Promise<number[]> {
+  const values = claimValues(store, queue, limit);
   const times: number[] = [];
   for (let i = -3; i < repeats; i++) {
     await client.query('BEGIN');
     try {
       const started = performance.now();
-      const { rowCount } = await client.query({ name: queries.claim.name, text: queries.claim.text, values });
+      const { rowCount } = await client.query({ name: store.statements.claim.name, text: store.statements.claim.text, values });
       if (i >= 0) times.push(performance.now() - started);
       if (rowCount !== limit) throw new Error(`a timed claim took ${rowCount} jobs, not ${limit}`);
     } finally {
@@ -143,20 +145,20 @@ export async function timeClaims(client: pg.ClientBase, queries: Queries, queue:
 }
 
 /** A statement as the engine sent it: its name and text, the values it was bound to, and whether it was prepared. */
-export interface SentStatement extends QueryText {
+export interface SentStatement extends StatementText {
   readonly values: unknown[];
-  /** False when it was sent unnamed, so planned for its values (QueryText.planPerCall). */
+  /** False when it was sent unnamed, so planned for its values (StatementText.planPerCall). */
   readonly prepared: boolean;
 }
 
 /**
- * A pool for an engine (`{ pool }`) that records every statement of `queries` the engine sends,
+ * A pool for an engine (`{ pool }`) that records every statement of `store` the engine sends,
  * through `pool.query` or a client it checked out, so that a test can explain exactly the
  * statement (and the variant of it) that the engine chose for a call, planned as the engine had it
- * planned. Statements sent unnamed are named from `queries` by their text.
+ * planned. Statements sent unnamed are named from `store` by their text.
  */
-export function recordingPool(connectionString: string, queries: Queries): { pool: pg.Pool; sent: SentStatement[] } {
-  const byText = new Map(Object.values(queries).filter((v): v is QueryText => typeof v === 'object').map((query) => [query.text, query]));
+export function recordingPool(connectionString: string, store: Store): { pool: pg.Pool; sent: SentStatement[] } {
+  const byText = new Map(Object.values(store.statements).map((statement: StatementText) => [statement.text, statement]));
   const sent: SentStatement[] = [];
   class RecordingClient extends pg.Client {
     // Every overload of Client.query goes through here; only the engine's statements are recorded.

@@ -281,7 +281,7 @@ const queue = new PgQueue({
 });
 
 const tokens = new Map();
-queue.metrics.events$.subscribe((event) => {
+queue.onJobEvent((event) => {
   const write = (kind, token, detail) =>
     void record(`INSERT INTO crash_outcomes (job_id, lease_token, worker, kind, detail, at_local) VALUES ($1, $2, $3, $4, $5, $6)`, [
       event.jobId,

@@ -1,6 +1,9 @@
 import pg from 'pg';
+import { onTestFinished } from 'vitest';
 import { PgQueue, type JobRecord, type JobStatus, type PgQueueOptions } from '../../lib/engine/index.js';
+import type { AttemptOutcome } from '../../lib/testing/test-signals.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
+import { attemptEnded, testSignals } from './signals.js';
 
 /** Quiet logger for tests; collects warnings and errors so a test can assert on them. */
 export function testLogger() {
@@ -15,11 +18,12 @@ export function testLogger() {
 
 /**
  * A database of the test file's own, migrated, with a pool for direct SQL, and a factory of
- * engines on it whose intervals are short enough for tests. Everything is closed by `close()`.
+ * engines on it whose intervals are short enough for tests, their test signals on from the start
+ * (so a wait never misses an event that came first). Everything is closed by `close()`.
  */
 export async function engineFixture(label: string) {
   const database: TestDatabase = await createTestDatabase(label);
-  const pool = new pg.Pool({ connectionString: database.url, max: 20 });
+  const pool = new pg.Pool({ connectionString: database.url, max: 10 });
   // Dropping the database at the end terminates sessions that are still closing; not an error here.
   pool.on('error', () => {});
   const engines: PgQueue[] = [];
@@ -32,7 +36,17 @@ export async function engineFixture(label: string) {
       scheduler: { intervalMs: 100 },
       ...options,
     });
+    testSignals(engine);
     engines.push(engine);
+    // An engine made inside a test stops when that test ends: a file's engines piling up until
+    // close() held 60-77 connections (each has a pool and a listener), which with other files in
+    // parallel filled the server's max_connections (100). One made in beforeAll (shared by the
+    // file's tests) throws here and lives until close().
+    try {
+      onTestFinished(() => engine.stop(1_000));
+    } catch {
+      // not inside a test
+    }
     return engine;
   };
   await make().migrate();
@@ -84,7 +98,22 @@ export async function waitFor<T>(check: () => Promise<T> | T, timeoutMs = 10_000
   }
 }
 
-/** Waits until job `id` reaches `status`, and returns its record then. */
+/**
+ * Waits on `queue`'s test signal until this engine's worker ended an attempt of job `id` with
+ * `outcome` (its write committed), and returns the job's record then. The engine must have its
+ * signals on from before the attempt (engines of engineFixture do).
+ */
+export async function waitForOutcome(queue: PgQueue, id: string, outcome: AttemptOutcome, timeoutMs?: number): Promise<JobRecord> {
+  await attemptEnded(testSignals(queue), id, outcome, timeoutMs);
+  const job = await queue.getJob(id);
+  if (!job) throw new Error(`waitForOutcome: job ${id} ended (${outcome}) but no longer exists`);
+  return job;
+}
+
+/**
+ * Polls until job `id` reaches `status`, and returns its record then. For a status no attempt of
+ * this engine's ends in (another process's worker, an operator's call): prefer waitForOutcome.
+ */
 export function waitForStatus(queue: PgQueue, id: string, status: JobStatus, timeoutMs = 10_000): Promise<JobRecord> {
   return waitFor(async () => {
     const job = await queue.getJob(id);

@@ -5,6 +5,7 @@ import pg from 'pg';
 import { PG_QUEUE_ENGINE, QueueService, type PgQueue, type PgQueueModuleOptions } from '../../lib/index.js';
 import { AppModule } from '../../sample-app/app.module.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
+import { testSignals } from './signals.js';
 import { CapturingLogger } from './nest.js';
 import { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
 
@@ -56,6 +57,8 @@ export async function bootSampleApp(
     proxy,
     queue: app.get(QueueService),
     engine: app.get<PgQueue>(PG_QUEUE_ENGINE),
+    /** The engine's test signals, on from boot (see lib/engine/test-signals.ts). */
+    signals: testSignals(app),
     get: (path: string) => fetch(`${base}${path}`),
     post: (path: string, body?: unknown, headers: Record<string, string> = {}) =>
       fetch(`${base}${path}`, {
@@ -82,10 +85,28 @@ export type SampleApp = Awaited<ReturnType<typeof bootSampleApp>>;
 export class Gates {
   readonly started = new Set<string>();
   private readonly gates = new Map<string, { promise: Promise<void>; open: () => void }>();
+  private readonly starts = new Map<string, { promise: Promise<void>; resolve: () => void }>();
 
   wait(id: string): Promise<void> {
     this.started.add(id);
+    this.start(id).resolve();
     return this.get(id).promise;
+  }
+
+  /** Resolves once job `id`'s handler reached its gate (at once if it already did). */
+  whenStarted(id: string): Promise<void> {
+    return this.start(id).promise;
+  }
+
+  private start(id: string) {
+    let start = this.starts.get(id);
+    if (!start) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      start = { promise, resolve };
+      this.starts.set(id, start);
+    }
+    return start;
   }
 
   open(id: string): void {

@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { createQueries } from '../../../lib/engine/sql.js';
+import { createStore } from '../../../lib/engine/store/index.js';
 import { median } from '../../support/crash-harness.js';
 import { explainClaim, explainStatement, timeClaims, type ClaimPlan } from '../../support/claim-plan.js';
 import { engineFixture } from '../../support/engine.js';
@@ -13,7 +13,7 @@ import { engineFixture } from '../../support/engine.js';
  * bounded passes. (docs/claim-plans.md shows the full plans.)
  */
 let fx: Awaited<ReturnType<typeof engineFixture>>;
-const queries = createQueries('pgqueue');
+const store = createStore('pgqueue');
 let client: pg.Client;
 
 beforeAll(async () => {
@@ -41,8 +41,8 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
   // Baseline: a 10,000-job ready backlog.
   await fx.insertJobs('backlog', 10_000);
   await client.query('ANALYZE pgqueue.jobs');
-  const smallPlan = await explainClaim(client, queries, 'backlog', LIMIT);
-  const smallTimes = await timeClaims(client, queries, 'backlog', LIMIT, REPEATS);
+  const smallPlan = await explainClaim(client, store, 'backlog', LIMIT);
+  const smallTimes = await timeClaims(client, store, 'backlog', LIMIT, REPEATS);
 
   // Two million more rows in one generate_series insert: every other one ready now (priority 0),
   // the rest delayed by an hour at a *higher* priority, the case an index on (queue, priority,
@@ -63,8 +63,8 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
   const counts = (await fx.pool.query<{ status: string; n: number }>(`SELECT status::text, count(*)::int AS n FROM pgqueue.jobs GROUP BY 1`)).rows;
   expect(Object.fromEntries(counts.map((r) => [r.status, r.n]))).toEqual({ pending: 1_010_000, scheduled: 1_000_000 });
 
-  const bigPlan = await explainClaim(client, queries, 'backlog', LIMIT);
-  const bigTimes = await timeClaims(client, queries, 'backlog', LIMIT, REPEATS);
+  const bigPlan = await explainClaim(client, store, 'backlog', LIMIT);
+  const bigTimes = await timeClaims(client, store, 'backlog', LIMIT, REPEATS);
 
   for (const plan of [smallPlan, bigPlan]) {
     // The claim walks the claimable index; no sequential scan, and the delayed rows (outside the
@@ -78,7 +78,7 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
   // A queue with nothing due beside the delayed million (all of the higher priority): an empty
   // claim reads a handful of index buffers, not the delayed rows.
   await fx.insertJobs('idle', 1, { status: 'scheduled', priority: 10, availableInSeconds: 3_600 });
-  const emptyPlan = await explainClaim(client, queries, 'idle', LIMIT);
+  const emptyPlan = await explainClaim(client, store, 'idle', LIMIT);
   expect(emptyPlan.indexRows).toBe(0);
   expect(emptyPlan.claimableBuffers).toBeLessThanOrEqual(10);
   expect(emptyPlan.ms).toBeLessThan(5);
@@ -96,7 +96,7 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
        max_attempts = 5, backoff_base_ms = 1000, backoff_max_ms = 60000
      WHERE id IN (SELECT id FROM pgqueue.jobs WHERE status = 'pending' ORDER BY id DESC LIMIT 10000)`,
   );
-  const reapPlan = await explainStatement(client, queries.reapExpired, [500, [], null], 'jobs_expired_lease_idx');
+  const reapPlan = await explainStatement(client, store.statements.reapExpired, store.statements.reapExpired.values({ limit: 500, setAside: [], only: null }), 'jobs_expired_lease_idx');
   expect(reapPlan.scans).toContain('Index Scan on jobs_expired_lease_idx');
   expect(reapPlan.scans.some((s) => s.startsWith('Seq Scan'))).toBe(false);
 

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { InvalidJobError, InvalidOptionError, PgQueue, type Job, type JobContext } from '../../../lib/engine/index.js';
 import { migrate } from '../../../lib/engine/migrator.js';
-import { createQueries } from '../../../lib/engine/sql.js';
+import { createStore } from '../../../lib/engine/store/index.js';
 import { engineFixture, testLogger, waitFor } from '../../support/engine.js';
 
 /**
@@ -291,7 +291,7 @@ describe('schema names with quotes (or anything else that is not a plain lower-c
   ];
   test.each(names)('%s', async (_name, schema) => {
     expect(() => new PgQueue({ connectionString: fx.url, schema: schema as string })).toThrow(/Invalid option "schema"/);
-    expect(() => createQueries(schema as string)).toThrow(/Invalid option "schema"/);
+    expect(() => createStore(schema as string)).toThrow(/Invalid option "schema"/);
     await expect(migrate(fx.url, { schema: schema as string })).rejects.toThrow(/Invalid option "schema"/);
     // Nothing was created, and the queue's own tables are intact.
     const { rows } = await fx.pool.query(`SELECT nspname FROM pg_namespace WHERE nspname NOT IN ('pgqueue', 'public', 'information_schema') AND nspname NOT LIKE 'pg\\_%'`);

@@ -1,12 +1,13 @@
 import type pg from 'pg';
-import { integer, resolveSection, section, timerMs } from './config.js';
-import { run, runReleasingKeys, type ReleasedKeys } from './db.js';
-import type { LogThrottle } from './log-throttle.js';
-import type { EngineLogger } from './logger.js';
-import type { EngineMetrics } from './metrics.js';
-import { isTransientDatabaseError } from './pg-errors.js';
-import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import { integer, resolveSection, section, timerMs } from '../config.js';
+import type { LogThrottle } from '../log-throttle.js';
+import type { EngineLogger } from '../logger.js';
+import type { EngineMetrics } from '../metrics.js';
+import { isTransientDatabaseError } from '../pg-errors.js';
+import { PeriodicRunner } from './runner.js';
+import type { FixedIntervalPass, MaintenanceService } from './service.js';
+import type { ReapedJob, Store } from '../store/index.js';
+import type { PassSignals } from '../test-signals.js';
 
 export interface ReaperConfig {
   /** Time between passes when the reaper runs its own timer. */
@@ -42,14 +43,6 @@ export interface ReaperKeys {
   readonly keysDeferred: () => void;
 }
 
-interface ReapedRow {
-  id: string;
-  queue_name: string;
-  status: string;
-  last_error_code: string;
-  attempt_count: number;
-}
-
 /** Rows set aside in memory at most; past it, a poisoned row is retried (and logged) every pass. */
 const SET_ASIDE_MAX = 10_000;
 
@@ -65,14 +58,18 @@ const SET_ASIDE_MAX = 10_000;
  * (REAP_FAILED, visible and replayable), and one that cannot even be marked dead is set aside for
  * the life of the process and logged once.
  */
-export class Reaper {
+export class Reaper implements MaintenanceService {
+  readonly name = 'reaper';
   readonly config: ReaperConfig;
+  readonly fixedInterval: FixedIntervalPass;
   private readonly runner: PeriodicRunner;
   private readonly setAside = new Set<string>();
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<ReapResult> | undefined;
 
   constructor(
     private readonly db: pg.Pool,
-    private readonly queries: Queries,
+    private readonly store: Store,
     private readonly metrics: EngineMetrics,
     private readonly logger: EngineLogger,
     failures: LogThrottle,
@@ -86,6 +83,7 @@ export class Reaper {
       () => this.config.intervalMs,
       { log: failures, what: 'Reaper pass' },
     );
+    this.fixedInterval = { label: 'Reaper', intervalMs: this.config.intervalMs, runOnce: () => this.runOnce() };
   }
 
   /** One bounded pass: batches until one comes back short or the pass's bound is reached. */
@@ -94,10 +92,10 @@ export class Reaper {
     let dead = 0;
     let batches = 0;
     while (batches < this.config.maxBatchesPerPass) {
-      let rows: ReapedRow[];
+      let rows: ReapedJob[];
       let full: boolean;
       try {
-        rows = await run<ReapedRow>(this.db, this.queries.reapExpired, [this.config.batchSize, [...this.setAside], null]);
+        rows = await this.store.reapExpired(this.db, { limit: this.config.batchSize, setAside: [...this.setAside], only: null });
         full = rows.length === this.config.batchSize;
       } catch (error) {
         if (isTransientDatabaseError(error)) throw error;
@@ -106,9 +104,9 @@ export class Reaper {
       }
       batches += 1;
       for (const row of rows) {
-        this.metrics.increment('lease_expired', { queue: row.queue_name, code: row.last_error_code });
-        if (row.status === 'dead') this.metrics.increment('jobs_dead', { queue: row.queue_name, code: row.last_error_code, attempt: row.attempt_count });
-        this.metrics.emit({ type: 'reaped', queue: row.queue_name, jobId: row.id, status: row.status, code: row.last_error_code });
+        this.metrics.increment('lease_expired', { queue: row.queue, code: row.code });
+        if (row.status === 'dead') this.metrics.increment('jobs_dead', { queue: row.queue, code: row.code, attempt: row.attempt });
+        this.metrics.emit({ type: 'reaped', queue: row.queue, jobId: row.id, status: row.status, code: row.code });
         if (row.status === 'dead') dead += 1;
       }
       reaped += rows.length;
@@ -119,7 +117,9 @@ export class Reaper {
       this.logger.log(`Reaper recovered ${reaped} expired lease(s) (${dead} dead).`);
       this.onReaped();
     }
-    return { reaped, dead, batches, cancelsEnded };
+    const result = { reaped, dead, batches, cancelsEnded };
+    this.testSignals?.passRan.signal(result);
+    return result;
   }
 
   /**
@@ -130,28 +130,23 @@ export class Reaper {
   private async endExpiredCancels(): Promise<number> {
     let ended = 0;
     for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
-      const [row] = await runReleasingKeys<{ ended: number } & ReleasedKeys>(
-        this.db,
-        this.queries,
-        this.keys.channel,
-        this.queries.endExpiredCancels,
-        [this.config.batchSize],
-        this.keys.keysDeferred,
-      );
-      ended += row?.ended ?? 0;
-      if ((row?.ended ?? 0) < this.config.batchSize) break;
+      const batchEnded = (
+        await this.store.releasingKeys(this.db, this.keys.channel, (db) => this.store.endExpiredCancels(db, { limit: this.config.batchSize }), this.keys.keysDeferred)
+      ).ended;
+      ended += batchEnded;
+      if (batchEnded < this.config.batchSize) break;
     }
     return ended;
   }
 
   /** A batch's worth of expired leases, each in a statement of its own; `full` when a batch's worth was found. */
-  private async reapOneByOne(): Promise<{ rows: ReapedRow[]; full: boolean }> {
-    const candidates = await run<{ id: string }>(this.db, this.queries.expiredLeaseIds, [this.config.batchSize, [...this.setAside]]);
-    const rows: ReapedRow[] = [];
-    for (const { id } of candidates) {
+  private async reapOneByOne(): Promise<{ rows: ReapedJob[]; full: boolean }> {
+    const candidates = await this.store.expiredLeaseIds(this.db, { limit: this.config.batchSize, setAside: [...this.setAside] });
+    const rows: ReapedJob[] = [];
+    for (const id of candidates) {
       let failure: unknown;
       try {
-        rows.push(...(await run<ReapedRow>(this.db, this.queries.reapExpired, [1, [], id])));
+        rows.push(...(await this.store.reapExpired(this.db, { limit: 1, setAside: [], only: id })));
         continue;
       } catch (error) {
         if (isTransientDatabaseError(error)) throw error;
@@ -159,7 +154,7 @@ export class Reaper {
       }
       const message = `the reaper could not recover the expired lease: ${String((failure as Error).message).slice(0, 900)}`;
       try {
-        const marked = await run<ReapedRow>(this.db, this.queries.reapAsDead, [id, message]);
+        const marked = await this.store.reapAsDead(this.db, { id, message });
         rows.push(...marked);
         if (marked.length > 0) this.logger.error(`Reaper: job ${id} could not be recovered (${(failure as Error).message}); it is dead with code REAP_FAILED.`);
         continue;

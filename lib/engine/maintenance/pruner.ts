@@ -1,9 +1,11 @@
-import { integer, resolveSection, section, timerMs } from './config.js';
-import { run, type Queryable } from './db.js';
-import type { LogThrottle } from './log-throttle.js';
-import type { EngineLogger } from './logger.js';
-import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import { integer, resolveSection, section, timerMs } from '../config.js';
+import type { Queryable } from '../db.js';
+import type { LogThrottle } from '../log-throttle.js';
+import type { EngineLogger } from '../logger.js';
+import { PeriodicRunner } from './runner.js';
+import type { FixedIntervalPass, MaintenanceService } from './service.js';
+import type { Store } from '../store/index.js';
+import type { PassSignals } from '../test-signals.js';
 
 export interface PrunerConfig {
   /** Succeeded jobs are deleted this long after they finished. */
@@ -33,13 +35,17 @@ export const PRUNER_OPTIONS = section<PrunerConfig>(
  * operational state that only an operator's explicit purge removes (and records), and pending,
  * scheduled and running jobs are work. Safe in many processes at once (SKIP LOCKED).
  */
-export class Pruner {
+export class Pruner implements MaintenanceService {
+  readonly name = 'pruner';
   readonly config: PrunerConfig;
+  readonly fixedInterval: FixedIntervalPass;
   private readonly runner: PeriodicRunner;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<{ removed: number }> | undefined;
 
   constructor(
     private readonly db: Queryable,
-    private readonly queries: Queries,
+    private readonly store: Store,
     private readonly logger: EngineLogger,
     failures: LogThrottle,
     config?: Partial<PrunerConfig>,
@@ -50,17 +56,19 @@ export class Pruner {
       () => this.config.intervalMs,
       { log: failures, what: 'Pruner pass' },
     );
+    this.fixedInterval = { label: 'Pruner', intervalMs: this.config.intervalMs, runOnce: () => this.runOnce() };
   }
 
   /** One bounded pass; returns how many succeeded jobs it deleted. */
   async runOnce(): Promise<number> {
     let removed = 0;
     for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
-      const [row] = await run<{ removed: number }>(this.db, this.queries.pruneSucceeded, [this.config.retentionMs, this.config.batchSize]);
-      removed += row?.removed ?? 0;
-      if ((row?.removed ?? 0) < this.config.batchSize) break;
+      const deleted = await this.store.pruneSucceeded(this.db, { retentionMs: this.config.retentionMs, limit: this.config.batchSize });
+      removed += deleted;
+      if (deleted < this.config.batchSize) break;
     }
     if (removed > 0) this.logger.log(`Pruner deleted ${removed} succeeded job(s) past retention.`);
+    this.testSignals?.passRan.signal({ removed });
     return removed;
   }
 

@@ -1,9 +1,10 @@
 import type pg from 'pg';
-import { integer, resolveSection, section, timerMs } from './config.js';
-import { runReleasingKeys, type ReleasedKeys } from './db.js';
-import type { LogThrottle } from './log-throttle.js';
-import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import { integer, resolveSection, section, timerMs } from '../config.js';
+import type { LogThrottle } from '../log-throttle.js';
+import { PeriodicRunner } from './runner.js';
+import type { MaintenanceService } from './service.js';
+import type { Store } from '../store/index.js';
+import type { PassSignals } from '../test-signals.js';
 
 export interface KeyHandoffsConfig {
   /** Longest time between passes; a statement that handed keys off triggers one at once. */
@@ -26,12 +27,13 @@ export const KEY_HANDOFFS_OPTIONS = section<KeyHandoffsConfig>(
 
 /**
  * Applies the key releases that statements finishing keyed jobs could not apply at once because a
- * producer held the key's row (see releaseKeys in sql.ts and key_handoffs in migration 0006): once
+ * producer held the key's row (see releaseKeys in store/finish.ts and key_handoffs in migration 0006): once
  * the row is free, the key's count goes down and its next job becomes the head, in the same
  * transaction. Durable (the handoff row was written with the job's new state), so a handoff left
  * by a process that crashed is applied by any other. Safe in every process at once (SKIP LOCKED).
  */
-export class KeyHandoffs {
+export class KeyHandoffs implements MaintenanceService {
+  readonly name = 'keyHandoffs';
   readonly config: KeyHandoffsConfig;
   private readonly runner: PeriodicRunner;
   private nextDelayMs: number;
@@ -39,10 +41,12 @@ export class KeyHandoffs {
   private heldFor = 0;
   /** Passes in a row that failed (the database away): they back off like held keys do. */
   private failedFor = 0;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<{ handed: number; waiting: number }> | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
-    private readonly queries: Queries,
+    private readonly store: Store,
     private readonly channel: string,
     failures: LogThrottle,
     config?: Partial<KeyHandoffsConfig>,
@@ -76,24 +80,20 @@ export class KeyHandoffs {
     let waiting = 0;
     let after = '0';
     for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
-      const [row] = await runReleasingKeys<{ pending: number; handed: number; last_id: string | null } & ReleasedKeys>(
-        this.pool,
-        this.queries,
-        this.channel,
-        this.queries.handOffKeys,
-        [this.config.batchSize, after],
-      );
-      handed += row?.handed ?? 0;
-      waiting += (row?.pending ?? 0) - (row?.handed ?? 0);
-      if ((row?.pending ?? 0) < this.config.batchSize || !row?.last_id) break;
-      after = row.last_id;
+      const pass = await this.store.releasingKeys(this.pool, this.channel, (db) => this.store.handOffKeys(db, { limit: this.config.batchSize, afterId: after }));
+      handed += pass.handed;
+      waiting += pass.pending - pass.handed;
+      if (pass.pending < this.config.batchSize || !pass.lastId) break;
+      after = pass.lastId;
     }
     // A producer still holds some keys: look again soon (retryMs, doubling while they stay held),
     // not at the idle interval.
     this.nextDelayMs = waiting > 0 ? Math.min(this.config.intervalMs, this.heldFor === 0 ? this.config.retryMs : this.nextDelayMs * 2) : this.config.intervalMs;
     this.heldFor = waiting > 0 ? this.heldFor + 1 : 0;
     this.failedFor = 0;
-    return { handed, waiting };
+    const result = { handed, waiting };
+    this.testSignals?.passRan.signal(result);
+    return result;
   }
 
   /** A statement just handed some keys off. */

@@ -1,4 +1,4 @@
-import type { LogThrottle } from './log-throttle.js';
+import type { LogThrottle } from '../log-throttle.js';
 
 /** How a pass's failures are told: through the engine's LogThrottle, under the pass's name. */
 export interface PassFailures {
@@ -10,10 +10,16 @@ export interface PassFailures {
 }
 
 /**
- * A periodic maintenance pass with River's lifecycle shape: `start()` runs the pass every
- * interval until `stop()`; `stop()` is soft (the current pass finishes). The pass itself is a
- * public method of each service, so a host (tests, or Nest's SchedulerRegistry) can drive it
- * instead of this timer. Passes never overlap.
+ * The loop of every pass-running maintenance service, River's lifecycle shape: `start()` runs the
+ * pass, then sleeps `nextDelayMs()` and runs it again, until `stop()`; `stop()` is soft (the
+ * current pass finishes). `trigger()` cuts the sleep short. Both kinds of service are this loop:
+ *
+ * - a fixed-interval pass (reaper, pruner): `nextDelayMs` is the interval, nothing triggers it. A
+ *   host may drive its pass instead (see HostablePass in service.ts), and then never starts it;
+ * - a sleep-until-due-or-woken pass (scheduler, key handoffs): the pass computes its own next
+ *   delay (when the next job falls due, a backoff), and a NOTIFY or a statement triggers it early.
+ *
+ * Passes never overlap.
  */
 export class PeriodicRunner {
   private timer: NodeJS.Timeout | undefined;
@@ -76,11 +82,4 @@ export class PeriodicRunner {
     }, delayMs);
     this.timer.unref();
   }
-}
-
-/** Whether `promise` settles within `ms`; it is left running either way. */
-export function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
-  return Promise.race([promise.then(() => true, () => true), timeout]).finally(() => clearTimeout(timer));
 }

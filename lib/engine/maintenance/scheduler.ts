@@ -1,8 +1,10 @@
-import { integer, resolveSection, section, timerMs } from './config.js';
-import { run, type Queryable } from './db.js';
-import type { LogThrottle } from './log-throttle.js';
-import { PeriodicRunner } from './service.js';
-import type { Queries } from './sql.js';
+import { integer, resolveSection, section, timerMs } from '../config.js';
+import type { Queryable } from '../db.js';
+import type { LogThrottle } from '../log-throttle.js';
+import { PeriodicRunner } from './runner.js';
+import type { MaintenanceService } from './service.js';
+import type { Store } from '../store/index.js';
+import type { PassSignals } from '../test-signals.js';
 
 export interface SchedulerConfig {
   /** Longest sleep between passes; a pass also runs when the next scheduled job falls due. */
@@ -31,14 +33,17 @@ export const LOCKED_DUE_ROW_RETRY_MS = 25;
  * queue's workers. It sleeps until the next due job (or the interval), and a NOTIFY from an
  * enqueue of a scheduled job wakes it early. Safe in many processes at once (SKIP LOCKED).
  */
-export class Scheduler {
+export class Scheduler implements MaintenanceService {
+  readonly name = 'scheduler';
   readonly config: SchedulerConfig;
   private readonly runner: PeriodicRunner;
   private nextDelayMs: number;
+  /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
+  testSignals: PassSignals<{ promoted: number }> | undefined;
 
   constructor(
     private readonly db: Queryable,
-    private readonly queries: Queries,
+    private readonly store: Store,
     private readonly channel: string,
     failures: LogThrottle,
     config?: Partial<SchedulerConfig>,
@@ -56,23 +61,22 @@ export class Scheduler {
   async runOnce(): Promise<number> {
     let promoted = 0;
     for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
-      const rows = await run<{ queue_name: string; promoted: number }>(this.db, this.queries.promoteScheduled, [
-        this.config.batchSize,
-        this.channel,
-      ]);
+      const rows = await this.store.promoteScheduled(this.db, { limit: this.config.batchSize, channel: this.channel });
       const count = rows.reduce((sum, row) => sum + row.promoted, 0);
       promoted += count;
       if (count < this.config.batchSize) {
-        const [next] = await run<{ ms_left: number }>(this.db, this.queries.nextScheduledInMs, []);
+        const next = await this.store.nextScheduledInMs(this.db);
         // A job already due after a pass that promoted less than a batch is one that pass skipped:
         // another session holds its row. Waiting for it at full speed is a spin (over a thousand
         // passes a second); it is looked at again after a floor.
-        const msLeft = next ? Math.ceil(next.ms_left) : this.config.intervalMs;
+        const msLeft = next !== undefined ? Math.ceil(next) : this.config.intervalMs;
         this.nextDelayMs = Math.min(this.config.intervalMs, msLeft <= 0 ? LOCKED_DUE_ROW_RETRY_MS : msLeft);
+        this.testSignals?.passRan.signal({ promoted });
         return promoted;
       }
     }
     this.nextDelayMs = 0; // the pass hit its bound with work left: continue right away
+    this.testSignals?.passRan.signal({ promoted });
     return promoted;
   }
 

@@ -1,0 +1,144 @@
+import { requireInteger } from './config.js';
+import { InvalidOptionError, JobStateError } from './errors.js';
+import { isJobId } from './identifiers.js';
+import { JOB_NOT_DELETABLE, JOB_NOT_FOUND, JOB_NOT_REPLAYABLE, JOB_REFUSED, QUEUE_NOT_DECLARED } from './messages.js';
+import type { DeadJobPage, OperatorNote, ReplayOutcome } from './records.js';
+import type { Store } from './store/index.js';
+import type { JobStatus } from './types.js';
+import type pg from 'pg';
+
+/** Replays and purges work in bounded batches of at most this many jobs per call. */
+export const OPERATOR_BATCH_MAX = 1_000;
+
+/** What the operator calls need of the engine. */
+export interface OperatorDeps {
+  readonly db: pg.Pool;
+  readonly store: Store;
+  readonly channel: string;
+  /** A statement left key handoffs to apply (see key-handoffs.ts). */
+  readonly keysDeferred: () => void;
+}
+
+/**
+ * The operator's calls (pause, resume, cancel, discard, replay, list and purge dead jobs): their
+ * arguments checked before any SQL runs, their refusals as JobStateError with a code. PgQueue
+ * exposes each one, wrapped in its mapping of database failures (see PgQueue.call).
+ */
+export class OperatorCalls {
+  constructor(private readonly deps: OperatorDeps) {}
+
+  async setPaused(queue: string, paused: boolean): Promise<void> {
+    const { found } = await this.deps.store.setQueuePaused(this.deps.db, { queue, paused, channel: this.deps.channel });
+    if (!found) throw new JobStateError('QUEUE_NOT_FOUND', QUEUE_NOT_DECLARED(queue, paused ? 'pause' : 'resume'));
+  }
+
+  cancel(id: string, note: OperatorNote): Promise<void> {
+    return this.endJob(id, ['scheduled', 'pending', 'running'], 'cancelled', note, 'JOB_NOT_CANCELLABLE', 'cancelled');
+  }
+
+  async discard(id: string, note: OperatorNote & { delete?: boolean } = {}): Promise<void> {
+    if (!note.delete) {
+      await this.endJob(id, ['dead'], 'discarded', note, 'JOB_NOT_DEAD', 'discarded');
+      return;
+    }
+    const params = { id: checkedId(id), actor: checkedActor(note.actor), reason: boundedNote(note.reason) };
+    const row = await this.deps.store.releasingKeys(this.deps.db, this.deps.channel, (db) => this.deps.store.deleteJob(db, params), this.deps.keysDeferred);
+    if (row.removed === 1) return;
+    if (row.status === null) throw new JobStateError('JOB_NOT_FOUND', JOB_NOT_FOUND(id));
+    throw new JobStateError('JOB_NOT_FINISHED', JOB_NOT_DELETABLE(id, row.status));
+  }
+
+  async replay(id: string, note: OperatorNote = {}): Promise<void> {
+    const [outcome] = await this.replayMany([id], note);
+    if (outcome?.replayed) return;
+    if (!outcome?.status) throw new JobStateError('JOB_NOT_FOUND', JOB_NOT_FOUND(id));
+    throw new JobStateError('JOB_NOT_DEAD', JOB_NOT_REPLAYABLE(id, outcome.status));
+  }
+
+  async replayMany(ids: readonly string[], note: OperatorNote = {}): Promise<ReplayOutcome[]> {
+    if (ids.length > OPERATOR_BATCH_MAX) {
+      throw new InvalidOptionError('ids', `${ids.length} ids`, `Replay at most ${OPERATOR_BATCH_MAX} jobs per call.`);
+    }
+    return this.deps.store.replay(this.deps.db, { ids: ids.map(checkedId), actor: checkedActor(note.actor), reason: boundedNote(note.reason), channel: this.deps.channel });
+  }
+
+  async replayDead(filter: { queue: string; errorCode?: string; limit?: number } & OperatorNote): Promise<ReplayOutcome[]> {
+    const limit = requireInteger('limit', filter.limit ?? 100, 1, OPERATOR_BATCH_MAX);
+    const page = await this.listDead({ queue: filter.queue, errorCode: filter.errorCode, limit });
+    if (page.jobs.length === 0) return [];
+    return this.replayMany(
+      page.jobs.map((j) => j.id),
+      filter,
+    );
+  }
+
+  async listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
+    const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
+    let after: { finishedAt: string; id: string } | null = null;
+    if (filter.cursor !== undefined) {
+      const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(filter.cursor);
+      if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
+      after = { finishedAt: match[1]!, id: match[2]! };
+    }
+    // One statement per filter, each walking its own index (see listDeadPage in store/operator.ts). A null
+    // filter is no filter, as undefined is.
+    const queue = filter.queue ?? null;
+    const code = filter.errorCode ?? null;
+    const { jobs, lastCursor } = await this.deps.store.listDeadPage(this.deps.db, { after, limit, queue, code });
+    return { jobs, nextCursor: jobs.length === limit ? lastCursor : undefined };
+  }
+
+  async purgeDead(filter: { olderThan: Date; queue?: string; batchSize?: number } & OperatorNote): Promise<number> {
+    if (!(filter.olderThan instanceof Date) || !Number.isFinite(filter.olderThan.getTime())) {
+      throw new InvalidOptionError('olderThan', 'it is not a valid Date', 'Pass the date before which dead jobs are removed.');
+    }
+    const batchSize = requireInteger('batchSize', filter.batchSize ?? 500, 1, OPERATOR_BATCH_MAX);
+    // A statement for all queues and one for a queue, each walking its own index (see purgeDeadBatch in store/operator.ts).
+    const queue = filter.queue ?? null;
+    const batch = { olderThan: filter.olderThan, limit: batchSize, actor: checkedActor(filter.actor), reason: boundedNote(filter.reason), queue };
+    let removed = 0;
+    for (;;) {
+      const row = await this.deps.store.releasingKeys(this.deps.db, this.deps.channel, (db) => this.deps.store.purgeDeadBatch(db, batch), this.deps.keysDeferred);
+      removed += row.removed;
+      if (row.removed < batchSize) return removed;
+    }
+  }
+
+  private async endJob(
+    id: string,
+    allowed: JobStatus[],
+    kind: string,
+    note: OperatorNote,
+    refusal: 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_DEAD',
+    verb: string,
+  ): Promise<void> {
+    const params = { id: checkedId(id), allowed, kind, actor: checkedActor(note.actor), reason: boundedNote(note.reason), channel: this.deps.channel };
+    const row = await this.deps.store.releasingKeys(this.deps.db, this.deps.channel, (db) => this.deps.store.cancel(db, params), this.deps.keysDeferred);
+    if (row.previousStatus === undefined) throw new JobStateError('JOB_NOT_FOUND', JOB_NOT_FOUND(id));
+    if (!row.applied) {
+      throw new JobStateError(refusal, JOB_REFUSED(id, row.previousStatus, allowed, verb));
+    }
+  }
+}
+
+function checkedId(id: string): string {
+  if (!isJobId(id)) {
+    throw new InvalidOptionError('id', `${JSON.stringify(String(id).slice(0, 40))} is not a job id`, 'Job ids are the decimal strings enqueue returned.');
+  }
+  return id;
+}
+
+/** Who asked: stored as given (never shortened, an identity cut short would mislead), so it must fit. */
+function checkedActor(actor: string | undefined): string | null {
+  if (actor === undefined) return null;
+  if (typeof actor !== 'string' || actor.length === 0 || actor.length > 200) {
+    throw new InvalidOptionError('actor', `${JSON.stringify(String(actor).slice(0, 40))}… is not 1-200 characters`, 'Pass a short identity (a user name or id, a service name).');
+  }
+  return actor;
+}
+
+/** Operator notes are stored with the history: bounded, like error messages. */
+function boundedNote(text: string | undefined): string | null {
+  if (text === undefined) return null;
+  return text.length > 1_000 ? `${text.slice(0, 999)}…` : text;
+}

@@ -1,0 +1,135 @@
+import type { FinishedJobStatus, JobStatus, LiveJobStatus } from './types.js';
+
+/** The records the engine's calls return (the store maps rows to them). */
+
+/** Who asks for an operator's action, and why: recorded in the job's history. */
+export interface OperatorNote {
+  actor?: string;
+  reason?: string;
+}
+
+export interface ReplayOutcome {
+  id: string;
+  replayed: boolean;
+  /** The job's status now (`pending` when replayed; undefined when there is no such job). */
+  status: JobStatus | undefined;
+}
+
+export interface DeadJobPage {
+  jobs: DeadJobSummary[];
+  /** Pass as `cursor` for the next page; undefined on the last page. */
+  nextCursor: string | undefined;
+}
+
+export interface DeadJobSummary {
+  id: string;
+  queue: string;
+  priority: number;
+  attemptCount: number;
+  maxAttempts: number | null;
+  lastErrorCode: string | null;
+  lastErrorMessage: string | null;
+  leaseToken: string;
+  createdAt: Date;
+  finishedAt: Date;
+}
+
+/** What `stats()` counts per queue: live statuses exactly, history over a recent window. */
+export type QueueCounts = Record<LiveJobStatus, number> & {
+  /**
+   * Jobs that finished within the last `EngineStats.recentWindowMs`, per status: throughput, not
+   * retention (what is kept longer is never counted, so the read does not grow with it).
+   */
+  recent: Record<FinishedJobStatus, number>;
+};
+
+export interface QueueStats {
+  queue: string;
+  paused: boolean;
+  pausedAt: Date | null;
+  /** Jobs per live status, exactly (0 when none), and the recently finished ones. */
+  counts: QueueCounts;
+  /** Age of the oldest claimable (pending) job: alert on this, not on counts. */
+  oldestClaimableAgeMs: number | null;
+  oldestDeadAgeMs: number | null;
+  /** Running jobs whose lease ends within `nearExpiryMs`. */
+  runningNearExpiry: number;
+  /** Ordering keys held by a dead job: their later jobs wait until it is replayed or discarded. */
+  blockedKeys: number;
+  /** This process's handler slots for the queue (busy / total), when it handles it. */
+  slots: { busy: number; total: number } | undefined;
+}
+
+/** What this process knows of itself, without asking the database (`processStats()`). */
+export interface ProcessStats {
+  at: Date;
+  /**
+   * The LISTEN connection. `listening` only once it has heard its own probe NOTIFY (sent through
+   * the pool) since it last connected; `downForMs` counts from the drop, or from the probe it missed.
+   */
+  listener: { listening: boolean; downForMs: number };
+  pool: { total: number; idle: number; waiting: number };
+  /** The handler slots of each queue this process handles (the same figures as `QueueStats.slots`). */
+  workers: { queue: string; busy: number; total: number }[];
+}
+
+/** `stats()`: this process's figures and the database's snapshot. */
+export interface EngineStats extends ProcessStats {
+  /** The window of `counts.recent`, in ms (the `recentWindowMs` option of `stats()`). */
+  recentWindowMs: number;
+  queues: QueueStats[];
+  database: { connections: number; lockWaits: number };
+}
+
+export interface JobRecord<T = unknown> {
+  id: string;
+  queue: string;
+  payload: T;
+  status: JobStatus;
+  priority: number;
+  availableAt: Date;
+  attemptCount: number;
+  maxAttempts: number | null;
+  leaseOwner: string | null;
+  leaseToken: string;
+  leaseExpiresAt: Date | null;
+  deadlineAt: Date | null;
+  claimedAt: Date | null;
+  heartbeatAt: Date | null;
+  releaseCount: number;
+  lastErrorCode: string | null;
+  lastErrorMessage: string | null;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+export interface JobEventRecord {
+  id: string;
+  at: Date;
+  kind: string;
+  fromStatus: JobStatus | null;
+  toStatus: JobStatus | null;
+  attempt: number | null;
+  leaseToken: string | null;
+  /** The process, for a worker's transitions. */
+  worker: string | null;
+  /** Who asked, for an operator's transitions (replay, cancel, discard). */
+  actor: string | null;
+  errorCode: string | null;
+  message: string | null;
+}
+
+export interface JobEffectRecord {
+  name: string;
+  idempotencyKey: string;
+  /** 'started' without 'confirmed' is an uncertain outcome: reconciled or retried by the next attempt. */
+  status: 'started' | 'confirmed';
+  result: unknown;
+  /** false: the effect happened but its result could not be stored (`result` is null); it is never called again. */
+  resultStored: boolean;
+  /** Calls (or reconciliations) started for this effect, over all attempts. */
+  attempts: number;
+  leaseToken: string;
+  startedAt: Date;
+  confirmedAt: Date | null;
+}

@@ -1,0 +1,213 @@
+import { fence, fenceLossCode, lost, type FencedOutcome, type FenceParams } from './fence.js';
+import { ms, type StatementContext } from './statement.js';
+import type { TraceCarrier } from '../tracing.js';
+
+/** The claim, and the fenced renewals of a claimed attempt's lease. */
+
+export interface ClaimParams {
+  queue: string;
+  owner: string;
+  limit: number;
+  leaseMs: number;
+  /** Policy the row lacks comes from the handler: these four. */
+  maxRuntimeMs: number;
+  maxAttempts: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  /** Jobs of the batch taken oldest-first whatever their priority (the fairness policy; 0: strict priority). */
+  oldestFirst: number;
+}
+
+/** A job as the claim returns it. */
+export interface ClaimedJob {
+  id: string;
+  queue: string;
+  payload: unknown;
+  priority: number;
+  attempt: number;
+  maxAttempts: number;
+  maxRuntimeMs: number;
+  leaseToken: string;
+  createdAt: Date;
+  deadlineAt: Date;
+  orderingKey: string | null;
+  leaseMsLeft: number;
+  leaseAtDeadline: boolean;
+  traceContext: TraceCarrier | null;
+  waitedMs: number;
+}
+
+interface ClaimedRow {
+  id: string;
+  queue_name: string;
+  payload: unknown;
+  priority: number;
+  attempt_count: number;
+  max_attempts: number;
+  max_runtime_ms: number;
+  lease_token: string;
+  created_at: Date;
+  deadline_at: Date;
+  ordering_key: string | null;
+  lease_ms_left: number;
+  lease_at_deadline: boolean;
+  trace_context: TraceCarrier | null;
+  waited_ms: number;
+}
+
+/** A renewed lease: how much of it is left by the database's clock, and whether it reaches the deadline. */
+export interface Renewal {
+  leaseMsLeft: number;
+  leaseAtDeadline: boolean;
+}
+
+export interface RenewParams extends FenceParams {
+  leaseMs: number;
+}
+
+type RenewedRow = { lease_ms_left: number | null; lease_at_deadline: boolean | null; loss: string };
+
+function renewal(row: RenewedRow | undefined): FencedOutcome<Renewal> {
+  if (row && row.lease_ms_left !== null) return { ok: true, leaseMsLeft: row.lease_ms_left, leaseAtDeadline: row.lease_at_deadline === true };
+  return lost(row?.loss);
+}
+
+export function claimStatements({ define, s, jobs, events }: StatementContext) {
+  return {
+    /**
+     * The claim: one statement, committed before any handler runs. SKIP LOCKED lets concurrent
+     * claimers pass each other's rows; the UPDATE increments the fencing token and starts the
+     * lease from database time. Policy the row lacks comes from the handler ($4..$8); the lease
+     * never reaches past the attempt's deadline.
+     *
+     * What is claimable: due work is 'pending' (delayed work waits in 'scheduled'), and a job of
+     * an ordering key only while it is the key's head (the others wait with key_waiting), so the
+     * index walks read claimable rows only, and a batch can never hold two jobs of one key.
+     *
+     * Fairness: $9 of the batch is taken oldest-first whatever the priority (jobs_claimable_age_idx),
+     * the rest by priority; so a flood of high-priority work cannot starve older low-priority jobs.
+     * $9 = 0 is strict priority. $1 queue, $2 owner, $3 limit, $4 lease ms, $5 max runtime ms,
+     * $6 max attempts, $7 backoff base ms, $8 backoff max ms, $9 jobs to take oldest-first.
+     */
+    claim: define(
+      'claim',
+      `WITH open AS (
+         -- A paused queue claims nothing (evaluated once per statement, not per row).
+         SELECT NOT EXISTS (SELECT 1 FROM ${s}.queues WHERE name = $1 AND paused_at IS NOT NULL) AS yes
+       ), by_age AS (
+         SELECT id FROM ${jobs}
+         WHERE queue_name = $1 AND status = 'pending' AND NOT key_waiting AND available_at <= now()
+           AND (SELECT yes FROM open)
+         ORDER BY available_at, id
+         LIMIT $9
+         FOR UPDATE SKIP LOCKED
+       ), by_priority AS (
+         SELECT id FROM ${jobs}
+         WHERE queue_name = $1 AND status = 'pending' AND NOT key_waiting AND available_at <= now()
+           AND (SELECT yes FROM open)
+           AND id NOT IN (SELECT id FROM by_age)
+         ORDER BY priority DESC, available_at, id
+         LIMIT (SELECT $3 - count(*) FROM by_age)
+         FOR UPDATE SKIP LOCKED
+       ), candidate AS (
+         SELECT id FROM by_age UNION ALL SELECT id FROM by_priority
+       )
+       UPDATE ${jobs} AS j
+       SET status = 'running',
+           attempt_count = j.attempt_count + 1,
+           lease_token = j.lease_token + 1,
+           lease_owner = $2,
+           claimed_at = now(),
+           heartbeat_at = NULL,
+           max_attempts = coalesce(j.max_attempts, $6),
+           max_runtime_ms = coalesce(j.max_runtime_ms, $5),
+           backoff_base_ms = coalesce(j.backoff_base_ms, $7),
+           backoff_max_ms = coalesce(j.backoff_max_ms, $8),
+           deadline_at = now() + ${ms('coalesce(j.max_runtime_ms, $5)')},
+           lease_expires_at = now() + ${ms('least($4::bigint, coalesce(j.max_runtime_ms, $5))')}
+       -- = ANY(ARRAY(…)) rather than a join: the planner cannot size the candidates (their LIMIT is
+       -- an expression), and a misjudged join turns the update into a scan of the whole table.
+       WHERE j.id = ANY (ARRAY(SELECT id FROM candidate))
+       RETURNING j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts, j.max_runtime_ms,
+                 j.lease_token::text AS lease_token, j.created_at, j.deadline_at, j.ordering_key,
+                 (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
+                 j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
+                 j.trace_context,
+                 (extract(epoch FROM now() - j.available_at) * 1000)::float8 AS waited_ms`,
+      (p: ClaimParams) => [p.queue, p.owner, p.limit, p.leaseMs, p.maxRuntimeMs, p.maxAttempts, p.backoffBaseMs, p.backoffMaxMs, p.oldestFirst],
+      (rows: ClaimedRow[]): ClaimedJob[] =>
+        rows.map((r) => ({
+          id: r.id,
+          queue: r.queue_name,
+          payload: r.payload,
+          priority: r.priority,
+          attempt: r.attempt_count,
+          maxAttempts: r.max_attempts,
+          maxRuntimeMs: r.max_runtime_ms,
+          leaseToken: r.lease_token,
+          createdAt: r.created_at,
+          deadlineAt: r.deadline_at,
+          orderingKey: r.ordering_key,
+          leaseMsLeft: r.lease_ms_left,
+          leaseAtDeadline: r.lease_at_deadline,
+          traceContext: r.trace_context,
+          waitedMs: r.waited_ms,
+        })),
+    ),
+
+    /**
+     * A prefetched job's attempt starts: its lease is renewed to a full length and its deadline set
+     * from now, so time spent waiting in the worker's buffer is neither lease nor runtime the
+     * handler loses. Fenced; run only when the buffered lease is too short to be useful.
+     * $1 id, $2 owner, $3 token, $4 lease ms.
+     */
+    startAttempt: define(
+      'start-attempt',
+      `WITH target AS (SELECT $1::bigint AS id, $2::text AS owner, $3::bigint AS token),
+       started AS (
+         UPDATE ${jobs} AS j
+         SET deadline_at = now() + ${ms('j.max_runtime_ms')},
+             lease_expires_at = now() + ${ms('least($4::bigint, j.max_runtime_ms)')}
+         FROM target t
+         WHERE ${fence('j', 't.id', 't.owner', 't.token')}
+         RETURNING (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
+                   j.lease_expires_at >= j.deadline_at AS lease_at_deadline, j.deadline_at
+       )
+       SELECT s.lease_ms_left, s.lease_at_deadline, s.deadline_at,
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
+       FROM target t LEFT JOIN started s ON true LEFT JOIN ${jobs} j ON j.id = t.id`,
+      (p: RenewParams) => [p.id, p.owner, p.token, p.leaseMs],
+      (rows: (RenewedRow & { deadline_at: Date | null })[]): FencedOutcome<Renewal & { deadlineAt: Date | null }> => {
+        const outcome = renewal(rows[0]);
+        return outcome.ok ? { ...outcome, deadlineAt: rows[0]?.deadline_at ?? null } : outcome;
+      },
+    ),
+
+    /**
+     * Renews a lease after progress: to a full lease length from now, but never past the deadline.
+     * $1 id, $2 owner, $3 token, $4 lease ms.
+     */
+    heartbeat: define(
+      'heartbeat',
+      `WITH target AS (SELECT $1::bigint AS id, $2::text AS owner, $3::bigint AS token),
+       renewed AS (
+         UPDATE ${jobs} AS j
+         SET lease_expires_at = least(now() + ${ms('$4::bigint')}, j.deadline_at), heartbeat_at = now()
+         FROM target t
+         WHERE ${fence('j', 't.id', 't.owner', 't.token')}
+         RETURNING (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
+                   j.lease_expires_at >= j.deadline_at AS lease_at_deadline
+       ), lost AS (
+         INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
+         SELECT j.id, 'lost_fence', j.status, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token', 't.owner')}
+         FROM target t JOIN ${jobs} j ON j.id = t.id
+         WHERE NOT EXISTS (SELECT 1 FROM renewed)
+       )
+       SELECT r.lease_ms_left, r.lease_at_deadline,
+              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
+       FROM target t LEFT JOIN renewed r ON true LEFT JOIN ${jobs} j ON j.id = t.id`,
+      (p: RenewParams) => [p.id, p.owner, p.token, p.leaseMs],
+      (rows: RenewedRow[]) => renewal(rows[0]),
+    ),
+  };
+}

@@ -1,0 +1,35 @@
+import type { AttemptOutcome, EngineTestSignals } from '../../lib/testing/test-signals.js';
+
+export { testSignals } from '../../lib/testing/test-signals.js';
+
+/**
+ * Waits until this engine's worker ended an attempt of job `jobId` with `outcome` (any outcome when
+ * none is given); attempts of other jobs, and other outcomes of this one (a retry before the success
+ * awaited), are left for other waits.
+ */
+export function attemptEnded(signals: EngineTestSignals, jobId: string, outcome?: AttemptOutcome, timeoutMs?: number) {
+  return signals.worker.attemptEnded.waitFor((e) => e.jobId === jobId && (outcome === undefined || e.outcome === outcome), timeoutMs);
+}
+
+/** Waits until a claim of this engine took job `jobId` (it is running from then on). */
+export function claimed(signals: EngineTestSignals, jobId: string, timeoutMs?: number) {
+  return signals.worker.batchClaimed.waitFor((b) => b.jobIds.includes(jobId), timeoutMs);
+}
+
+/**
+ * Waits for `count` claim statements of `queue` sent from now on, and returns the jobs they took
+ * (earlier claims kept by the signal are forgotten first). "Claims ran and found nothing" without
+ * sleeping a guessed number of poll intervals.
+ */
+export async function nextClaims(signals: EngineTestSignals, queue: string, count: number, timeoutMs?: number): Promise<string[]> {
+  const claims = signals.worker.batchClaimed;
+  claims.clear((b) => b.queue === queue);
+  const taken: string[] = [];
+  for (let n = 0; n < count; n++) taken.push(...(await claims.waitFor((b) => b.queue === queue, timeoutMs)).jobIds);
+  return taken;
+}
+
+/** Waits for `ids` to end with `outcome` (default succeeded), in any order. */
+export async function allEnded(signals: EngineTestSignals, ids: readonly string[], outcome: AttemptOutcome = 'succeeded', timeoutMs?: number): Promise<void> {
+  await Promise.all(ids.map((id) => attemptEnded(signals, id, outcome, timeoutMs)));
+}
