@@ -1,7 +1,8 @@
 /*
  * The lease protocol of nestjs-pg-queue, for the spin model checker (docs/how-we-know.md).
  *
- * Read it beside lib/engine/sql.ts: each statement of the store is one atomic step here, named
+ * Read it beside lib/engine/store/ (claim.ts, finish.ts, fence.ts, maintenance.ts, operator.ts,
+ * enqueue.ts): each statement of the store is one atomic step here, named
  * after it ("claim", "complete-many", ...), because PostgreSQL runs a statement atomically under
  * its row locks. A transaction of several statements is one step where nothing else can see its
  * middle (complete-many + promote-key-heads); ctx.complete's transaction is three steps, because
@@ -121,7 +122,7 @@ byte k_;              /* scratch of one atomic step (always reset to 0) */
 #define KEYED(j) ((j) < NKEYED)
 #define LIVE(j) (hasl[j] && exl[j] > 0)
 #define TERMINAL(s) ((s) == SUCCEEDED || (s) == DEAD || (s) == CANCELLED)
-/* holdsKey() in sql.ts: unfinished, or cancelled while its attempt may still run */
+/* holdsKey() in store/finish.ts: unfinished, or cancelled while its attempt may still run */
 #define HOLDS(j) ((st[j] >= SCHEDULED && st[j] <= RUNNING) || st[j] == DEAD || (st[j] == CANCELLED && hasl[j]))
 #define HEAD(j) (KEYED(j) && !kw[j] && HOLDS(j))
 #define WAITING(j) (KEYED(j) && kw[j] && (st[j] == SCHEDULED || st[j] == PENDING))
@@ -129,7 +130,7 @@ byte k_;              /* scratch of one atomic step (always reset to 0) */
 /* the lease the worker knows it has, by its monotonic timer: the row's while its token is current */
 #define WL(w) ((cur[w] && hasl[wj[w]]) -> exl[wj[w]] : 0)
 
-/* fence() in sql.ts: id + token + owner + status 'running' + lease_expires_at > clock_timestamp() */
+/* fence() in store/fence.ts: id + token + owner + status 'running' + lease_expires_at > clock_timestamp() */
 #define FENCE_AT(w, live) (cur[w] && st[wj[w]] == RUNNING && (live))
 #define FENCE(w) FENCE_AT(w, LIVE(wj[w]))
 /* MUTANT_D6: inside a transaction the fence compares with now(), frozen at BEGIN */
