@@ -28,7 +28,8 @@ export async function loadEngine(enginePath, { key = 'ours', label } = {}) {
     key,
     label: label ?? (resolved ? `engine ${path.basename(path.resolve(resolved, '..', '..', '..'))}` : `${pkg.name} ${pkg.version}`),
     enginePath: resolved,
-    defaults: { prefetch: 10 },
+    /** How a forked worker process loads the same build (bench/systems.mjs). */
+    spec: { engine: resolved ?? null, key, label: label ?? null },
     /**
      * The random gap between latency samples. Its job is to make arrivals random relative to any
      * periodic activity in the worker; ours picks up on NOTIFY, so a short gap is enough.
@@ -43,9 +44,27 @@ export async function loadEngine(enginePath, { key = 'ours', label } = {}) {
 
 export default await loadEngine(process.env.BENCH_ENGINE);
 
-/** How a worker of `concurrency` handlers and `prefetch` extra claimed jobs is configured here. */
-function workerParams({ concurrency, prefetch }) {
-  return { concurrency, prefetch, poolSize: POOL_SIZE, wakeup: 'LISTEN/NOTIFY + 2 s poll' };
+/**
+ * Our prefetch in the `tuned` settings: the same number of jobs held in the process beyond the
+ * running ones as graphile-worker's perf-test local queue (bench/peers/graphile-worker.mjs).
+ */
+const TUNED_PREFETCH = 500;
+
+/**
+ * The handler options for `settings` (bench/scenarios.mjs): 'defaults' passes only the
+ * concurrency (the engine's own default prefetch applies), 'tuned' prefetch 500, { prefetch }
+ * that prefetch.
+ */
+function handlerOptions({ concurrency, settings }) {
+  if (settings === 'defaults') return { concurrency };
+  if (settings === 'tuned') return { concurrency, prefetch: TUNED_PREFETCH };
+  return { concurrency, prefetch: settings.prefetch };
+}
+
+/** How a worker of `concurrency` handlers with `settings` is configured here. */
+function workerParams({ concurrency, settings }) {
+  const options = handlerOptions({ concurrency, settings });
+  return { ...options, prefetch: options.prefetch ?? 'the engine default', poolSize: POOL_SIZE, wakeup: 'LISTEN/NOTIFY + 2 s poll' };
 }
 
 /**
@@ -84,7 +103,7 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
       queue.enqueueMany(payloads.map((payload) => ({ queue: QUEUE, payload, ...(optionsOf ? { options: optionsOf(payload) } : {}) }))),
 
     /** `variant`: `{ handler: keyof HANDLERS, worker: extra HandlerOptions }` (default: a no-op, no options). */
-    async startWorker({ concurrency, prefetch, handler, variant = {} }) {
+    async startWorker({ concurrency, settings, handler, variant = {} }) {
       const work = HANDLERS[variant.handler ?? 'no-op'];
       if (!work) throw new Error(`unknown handler variant ${variant.handler}`);
       sideTable = SIDE_TABLE_HANDLERS.has(variant.handler);
@@ -97,7 +116,7 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
           handler(job.payload);
           await work(job, ctx, env);
         },
-        { concurrency, prefetch, ...variant.worker },
+        { ...handlerOptions({ concurrency, settings }), ...variant.worker },
         { claimed: (n) => claims.push(n) },
       );
       started = true;

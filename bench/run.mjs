@@ -1,8 +1,8 @@
 #!/usr/bin/env node
-// npm run bench [-- --runs N] [--quick] [--json] [--peer pg-boss] [--diag] [--only a,b] [--topology t1,t2]
+// npm run bench [-- --runs N] [--quick] [--json] [--peer pg-boss,graphile-worker] [--diag] [--only a,b] [--topology t1,t2]
 //
 // Enqueue throughput, processing throughput of a no-op handler, and idle pickup latency of the
-// engine (dist/engine), optionally beside a peer, in a database of its own (bench_<random>) on the
+// engine (dist/engine), optionally beside peers, in a database of its own (bench_<random>) on the
 // server in DATABASE_URL, dropped at the end. Every measurement runs in a fresh schema; each figure
 // is the median of --runs runs (min–max beside it). See bench/README.md.
 import { execFileSync } from 'node:child_process';
@@ -13,9 +13,8 @@ import { pgBouncerVersion, startPgBouncer } from '../scripts/pgbouncer.mjs';
 import { createBenchDatabase, describeUrl, resetBetweenRuns, serverContext } from './lib/db.mjs';
 import { summarize } from './lib/stats.mjs';
 import ours, { loadEngine } from './ours.mjs';
-import { enqueueBulk, enqueueSingle, latency, processing } from './scenarios.mjs';
-
-const PEERS = { 'pg-boss': './peers/pg-boss.mjs' };
+import { enqueueBulk, enqueueSingle, latency, processing, processingProcesses } from './scenarios.mjs';
+import { PEERS, loadSystem } from './systems.mjs';
 
 /**
  * How the engine reaches the server (docs/deployment.md). `pooler`: a PgBouncer this run starts
@@ -49,13 +48,16 @@ if (args.help) {
   --runs N          runs per figure; the median is reported (default 3)
   --quick           smaller sizes (a smoke test, not a measurement)
   --json            one JSON object per figure and system on stdout instead of the table
-  --peer pg-boss    measure pg-boss too, side by side, with the ratio ours/peer
-  --peer engine:P   A/B: another build of the engine (P = its dist/engine/index.js) as the peer
+  --peer LIST       comma-separated peers measured too, interleaved (ours, peer 1, peer 2, ours, …),
+                    each with its ratio ours/peer: pg-boss, graphile-worker, or engine:P (A/B:
+                    another build of the engine, P = its dist/engine/index.js)
   --diag            per-run details on stderr (claim batches, statements, pool waits, CPU)
-  --only LIST       comma-separated scenarios: enqueue_single, enqueue_bulk, process_pf10,
-                    process_pf100, process_pf500, latency, and the engine-only variants at
-                    prefetch 100: process_strict, process_keyed, process_insert,
-                    process_complete_tx, process_effect, process_retry
+  --only LIST       comma-separated scenarios (default: the headline set, marked *):
+                    enqueue_single*, enqueue_bulk*, process_tuned*, process_tuned_2p*,
+                    process_defaults*, latency*, process_pf10, process_pf100, process_pf500, and the
+                    engine-only variants at prefetch 100: process_strict, process_keyed,
+                    process_insert, process_complete_tx, process_effect, process_retry;
+                    "all" for every one
   --max-seconds S   cap of one processing run (default 60, 20 with --quick)
   --topology LIST   comma-separated ways for the engine to reach the server, each measured as a
                     system of its own, interleaved: direct (default), direct-unnamed
@@ -68,25 +70,33 @@ if (args.help) {
 
 const runs = Number(args.runs);
 if (!Number.isInteger(runs) || runs < 1) fail('--runs must be a positive integer');
-if (args.peer !== undefined && !PEERS[args.peer] && !args.peer.startsWith('engine:')) {
-  fail(`unknown --peer "${args.peer}" (known: ${Object.keys(PEERS).join(', ')}, or engine:/path/to/dist/engine/index.js)`);
+const peerNames = args.peer === undefined ? [] : [...new Set(args.peer.split(',').map((p) => p.trim()).filter(Boolean))];
+for (const name of peerNames) {
+  if (!PEERS[name] && !name.startsWith('engine:')) {
+    fail(`unknown --peer "${name}" (known: ${Object.keys(PEERS).join(', ')}, or engine:/path/to/dist/engine/index.js)`);
+  }
 }
 const serverUrl = process.env.DATABASE_URL;
 if (!serverUrl) fail('DATABASE_URL is not set (npm run bench starts a throwaway PostgreSQL when it is unset)');
 const topologies = [...new Set(args.topology.split(',').map((t) => t.trim()))];
 for (const t of topologies) if (!TOPOLOGIES[t]) fail(`unknown --topology "${t}" (known: ${Object.keys(TOPOLOGIES).join(', ')})`);
-if (args.peer && (topologies.length > 1 || topologies[0] !== 'direct') && !args.peer.startsWith('engine:')) {
-  fail(`--peer ${args.peer} is measured direct only; --topology goes with the engine (and --peer engine:…)`);
+const foreignPeer = peerNames.find((name) => !name.startsWith('engine:'));
+if (foreignPeer && (topologies.length > 1 || topologies[0] !== 'direct')) {
+  fail(`--peer ${foreignPeer} is measured direct only; --topology goes with the engine (and --peer engine:…)`);
 }
-if (args.peer && topologies.length > 1) fail('--peer compares two systems in one topology: give one --topology with it');
+if (peerNames.length && topologies.length > 1) fail('--peer compares systems in one topology: give one --topology with it');
 
 const sizes = args.quick
   ? { single: 1_000, bulk: 10_000, process: 10_000, samples: 100, maxSeconds: 20 }
   : { single: 5_000, bulk: 50_000, process: 50_000, samples: 300, maxSeconds: 60 };
 if (args['max-seconds'] !== undefined) sizes.maxSeconds = Number(args['max-seconds']);
 const CONCURRENCY = 10;
-const IN_FLIGHT = 8;
-const BATCH = 500;
+/** Single enqueue calls in flight at once (16: the issue-15 comparison's producer). */
+const IN_FLIGHT = 16;
+/** Jobs per enqueueMany call, for enqueue.bulk and for preloading the processing runs. */
+const BATCH = 1_000;
+/** Worker processes of process.c10.tuned.2proc. */
+const PROCESSES = 2;
 
 /** PgBouncers of this run, by pool_mode (started on first use; stopped at the end, or by their watchdog). */
 const bouncers = new Map();
@@ -98,31 +108,42 @@ async function bouncer(poolMode) {
   return bouncers.get(poolMode);
 }
 
-/** `system` reaching the server the topology's way: its URL, the engine options it needs. */
+/**
+ * `system` reaching the server the topology's way. `resolveOpen(options)`: the options its open()
+ * gets (the URL, the engine options the topology needs), also what a forked worker process of
+ * it passes to the same system's open().
+ */
 function inTopology(system, name, alone) {
   const topology = TOPOLOGIES[name];
-  if (name === 'direct' && alone) return system;
+  if (name === 'direct' && alone) return { ...system, resolveOpen: async (options) => options };
+  const resolveOpen = async (options) => {
+    const url = topology.pooler ? (await bouncer(topology.pooler)).via(options.url) : options.url;
+    const engineOptions = { ...topology.engine, ...(topology.listenDirect ? { listenConnectionString: options.url } : {}) };
+    return { ...options, url, engineOptions };
+  };
   return {
     ...system,
     key: alone ? system.key : `${system.key}_${name.replace(/-/g, '_')}`,
     label: alone ? `${system.label}, ${name}` : name,
     topology: name,
-    async open(options) {
-      const url = topology.pooler ? (await bouncer(topology.pooler)).via(options.url) : options.url;
-      const engineOptions = { ...topology.engine, ...(topology.listenDirect ? { listenConnectionString: options.url } : {}) };
-      return system.open({ ...options, url, engineOptions });
-    },
+    resolveOpen,
+    open: async (options) => system.open(await resolveOpen(options)),
   };
 }
 
 const systems = topologies.map((t) => inTopology(ours, t, topologies.length === 1));
-if (args.peer?.startsWith('engine:')) {
-  const enginePath = args.peer.slice('engine:'.length);
-  // …/<build>/dist/engine/index.js → "engine <build>"
-  const build = path.basename(path.resolve(enginePath, '..', '..', '..'));
-  systems.push(inTopology(await loadEngine(enginePath, { key: 'other', label: `engine ${build}` }), topologies[0], true));
+for (const name of peerNames) {
+  if (name.startsWith('engine:')) {
+    const enginePath = name.slice('engine:'.length);
+    // …/<build>/dist/engine/index.js → "engine <build>"
+    const build = path.basename(path.resolve(enginePath, '..', '..', '..'));
+    const others = systems.filter((s) => s.key.startsWith('other')).length;
+    const key = others ? `other${others + 1}` : 'other';
+    systems.push(inTopology(await loadEngine(enginePath, { key, label: `engine ${build}` }), topologies[0], true));
+  } else {
+    systems.push(inTopology(await loadSystem({ peer: name }), 'direct', true));
+  }
 }
-else if (args.peer) systems.push(await import(PEERS[args.peer]));
 /** The engine's own systems (one per topology): every check must pass for them. */
 const mustPass = new Set(systems.slice(0, topologies.length));
 
@@ -134,18 +155,56 @@ function figure(name, unit, better, params, scenario) {
   return figures.get(name);
 }
 
+/**
+ * The scenarios, in the order they run. `headline`: run when --only is not given (the figures of
+ * the issue-15 comparison). `settings`: how each system's worker is configured beyond its
+ * concurrency (bench/scenarios.mjs; each adapter documents its mapping); the systems' open()
+ * gets it too (pg-boss chooses LISTEN/NOTIFY there).
+ */
 const scenarios = [
   {
     key: 'enqueue_single',
+    headline: true,
     declare: () => figure('enqueue.single', 'jobs/s', 'higher', { jobs: sizes.single, inFlight: IN_FLIGHT }),
     run: (sys) => enqueueSingle(sys, { jobs: sizes.single, inFlight: IN_FLIGHT }),
   },
   {
     key: 'enqueue_bulk',
+    headline: true,
     declare: () => figure('enqueue.bulk', 'jobs/s', 'higher', { jobs: sizes.bulk, batch: BATCH, inFlight: 1 }),
     run: (sys) => enqueueBulk(sys, { jobs: sizes.bulk, batch: BATCH }),
   },
-  ...[10, 100, 500].map((prefetch) => processingScenario(`process_pf${prefetch}`, `process.c${CONCURRENCY}.pf${prefetch}`, prefetch)),
+  { ...processingScenario('process_tuned', `process.c${CONCURRENCY}.tuned`, 'tuned'), headline: true },
+  {
+    key: 'process_tuned_2p',
+    headline: true,
+    settings: 'tuned',
+    declare: () =>
+      figure(`process.c${CONCURRENCY}.tuned.${PROCESSES}proc`, 'jobs/s', 'higher', {
+        jobs: sizes.process,
+        processes: PROCESSES,
+        concurrencyPerProcess: CONCURRENCY,
+        handler: 'no-op',
+        preInserted: `bulk, batches of ${BATCH}`,
+        maxSeconds: sizes.maxSeconds,
+        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, settings: 'tuned' })),
+      }, 'process_tuned_2p'),
+    run: async (sys, benchUrl, module, { schema }) =>
+      processingProcesses(sys, {
+        processes: PROCESSES,
+        jobs: sizes.process,
+        batch: BATCH,
+        concurrency: CONCURRENCY,
+        settings: 'tuned',
+        maxSeconds: sizes.maxSeconds,
+        benchUrl,
+        figure: `process.c${CONCURRENCY}.tuned.${PROCESSES}proc`,
+        spec: module.spec,
+        openOptions: await module.resolveOpen({ url: benchUrl, schema, settings: 'tuned' }),
+      }),
+  },
+  { ...processingScenario('process_defaults', `process.c${CONCURRENCY}.defaults`, 'defaults'), headline: true },
+  ...[10, 100, 500].map((prefetch) => processingScenario(`process_pf${prefetch}`, `process.c${CONCURRENCY}.pf${prefetch}`, { prefetch })),
   // Engine-only variants at prefetch 100, each against process.c10.pf100 (the default claim:
   // fairShare 0.1, no ordering keys). Peers and builds without `variants` skip them.
   ...[
@@ -156,49 +215,54 @@ const scenarios = [
     ['process_effect', 'effect', { handler: 'effect' }, "ctx.effect('call', async key => …): a started and a confirmed record"],
     ['process_retry', 'failOnce', { handler: 'fail-once', executionsPerJob: 2 }, 'throws RetryableJobError (retryAfterMs 0) on attempt 1, then succeeds'],
   ].map(([key, suffix, variant, handler]) =>
-    processingScenario(key, `process.c${CONCURRENCY}.pf100.${suffix}`, 100, { ...variant, description: handler }),
+    processingScenario(key, `process.c${CONCURRENCY}.pf100.${suffix}`, { prefetch: 100 }, { ...variant, description: handler }),
   ),
   {
     key: 'latency',
+    headline: true,
+    // The tuned settings, as graphile-worker's own latency test (perfTest/latencyTest.js) uses its
+    // perf preset; for pg-boss they are the ones with LISTEN/NOTIFY.
+    settings: 'tuned',
     declare: () => {
       const params = {
         samples: sizes.samples,
         gapMs: perSystem((s) => `${s.latencyGapMs[0]}-${s.latencyGapMs[1]} (uniform random)`),
         concurrency: CONCURRENCY,
-        prefetch: 10,
-        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, prefetch: 10 })),
+        settings: 'tuned',
+        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, settings: 'tuned' })),
       };
       for (const what of ['pickup', 'afterCommit', 'enqueueCall']) {
         for (const p of [50, 95, 99]) figure(`latency.${what}.p${p}`, 'ms', 'lower', params);
       }
     },
     run: (sys, _url, module) =>
-      latency(sys, { samples: sizes.samples, gapMinMs: module.latencyGapMs[0], gapMaxMs: module.latencyGapMs[1], concurrency: CONCURRENCY, prefetch: 10 }),
+      latency(sys, { samples: sizes.samples, gapMinMs: module.latencyGapMs[0], gapMaxMs: module.latencyGapMs[1], concurrency: CONCURRENCY, settings: 'tuned' }),
   },
 ];
 
-/** A processing figure: `sizes.process` pre-inserted jobs, one worker of CONCURRENCY handlers and `prefetch`. */
-function processingScenario(key, name, prefetch, variant) {
+/** A processing figure: `sizes.process` pre-inserted jobs, one worker of CONCURRENCY handlers with `settings`. */
+function processingScenario(key, name, settings, variant) {
   const { description, ...shape } = variant ?? {};
   return {
     key,
     variant: Boolean(variant),
+    settings,
     declare: () =>
       figure(name, 'jobs/s', 'higher', {
         jobs: sizes.process,
         concurrency: CONCURRENCY,
-        prefetch,
+        settings,
         handler: description ?? 'no-op',
         preInserted: `bulk, batches of ${BATCH}`,
         maxSeconds: sizes.maxSeconds,
-        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, prefetch })),
+        ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, settings })),
       }, key),
     run: (sys, benchUrl) =>
       processing(sys, {
         jobs: sizes.process,
         batch: BATCH,
         concurrency: CONCURRENCY,
-        prefetch,
+        settings,
         maxSeconds: sizes.maxSeconds,
         benchUrl,
         figure: name,
@@ -207,10 +271,15 @@ function processingScenario(key, name, prefetch, variant) {
   };
 }
 
-const selected = args.only ? args.only.split(',').map((s) => s.trim()) : scenarios.map((s) => s.key);
+const selected = !args.only
+  ? scenarios.filter((s) => s.headline).map((s) => s.key)
+  : args.only.trim() === 'all'
+    ? scenarios.map((s) => s.key)
+    : args.only.split(',').map((s) => s.trim());
 for (const key of selected) if (!scenarios.some((s) => s.key === key)) fail(`unknown scenario in --only: ${key}`);
 
 const context = {
+  date: new Date().toISOString(),
   node: process.version,
   cpus: os.cpus().length,
   cpuModel: os.cpus()[0]?.model?.trim(),
@@ -243,15 +312,15 @@ try {
   for (const scenario of scenarios.filter((s) => selected.includes(s.key))) {
     scenario.declare();
     for (let r = 1; r <= runs; r++) {
-      // Interleaved (ours, peer, ours, peer, …) so that drifting noise hits both alike.
+      // Interleaved (ours, peer 1, peer 2, ours, …) so that drifting noise hits all alike.
       for (const sys of systems) {
         if (interrupted) break;
         if (scenario.variant && !sys.variants) continue;
         const schema = `b_${scenario.key}_${r}_${sys.key.replace(/[^a-z0-9]/g, '_')}`;
-        const handle = await sys.open({ url: db.url, schema, diag: args.diag });
+        const handle = await sys.open({ url: db.url, schema, diag: args.diag, settings: scenario.settings ?? 'defaults' });
         let result;
         try {
-          result = await scenario.run(handle, db.url, sys);
+          result = await scenario.run(handle, db.url, sys, { schema });
         } finally {
           await handle.close();
           await resetBetweenRuns(db.url, schema);
@@ -291,9 +360,9 @@ try {
 context.loadAverageAtEnd = os.loadavg().map((x) => Math.round(x * 100) / 100);
 context.wallSeconds = Math.round((Date.now() - started) / 1000);
 
-// One topology: ours (in it) beside an optional peer. Several: each topology beside the first.
+// One topology: ours (in it) beside optional peers. Several: each topology beside the first.
 const base = systems[0];
-const peer = topologies.length === 1 ? systems[1] : undefined;
+const peers = topologies.length === 1 ? systems.slice(1) : [];
 const variants = topologies.length > 1 ? systems.slice(1) : [];
 if (args.json) {
   progress(`context: ${JSON.stringify(context)}`);
@@ -316,7 +385,11 @@ if (args.json) {
       if (f.capped[sys.key]) out.cappedRuns = f.capped[sys.key];
       const figureChecks = checks.filter((c) => c.system === sys.key && c.scenario === f.scenario);
       if (figureChecks.length) out.checks = figureChecks.map(({ run, status, problems }) => ({ run, status, problems }));
-      if (sys === base && peer) out.ratioToPeer = mine.median / summarize(f.values[peer.key] ?? []).median;
+      if (sys === base && peers.length) {
+        const ratios = Object.fromEntries(peers.map((p) => [p.key, mine.median / summarize(f.values[p.key] ?? []).median]));
+        out.ratioToPeers = ratios;
+        if (peers.length === 1) out.ratioToPeer = ratios[peers[0].key];
+      }
       if (variants.includes(sys)) out.ratioTo = { system: base.key, ratio: s.median / mine.median };
       process.stdout.write(`${JSON.stringify(out)}\n`);
     }
@@ -330,14 +403,15 @@ process.exit(failed ? 1 : 0);
 function printTable() {
   const pg = context.postgres;
   const lines = [
-    `Machine: Node ${context.node}, ${context.cpus} cores (${context.cpuModel}), ${context.memory}; load average ${context.loadAverageAtStart.join(' ')} at start, ${context.loadAverageAtEnd.join(' ')} at end`,
+    `Date: ${context.date}. Machine: Node ${context.node}, ${context.cpus} cores (${context.cpuModel}), ${context.memory}; load average ${context.loadAverageAtStart.join(' ')} at start, ${context.loadAverageAtEnd.join(' ')} at end`,
     `PostgreSQL: ${pg.serverVersion} (${pg.kind} server${pg.kind === 'embedded' ? ', durability off' : ''}: ${context.server}); synchronous_commit=${pg.synchronousCommit}, fsync=${pg.fsync}, shared_buffers=${pg.sharedBuffers}`,
     `Engine: ${context.engine}.${context.pgbouncer ? ` ${context.pgbouncer} (started by this run, in front of that server).` : ''}`,
     `Systems: ${context.systems.join(' vs ')}. Median of ${runs} run(s) [min–max]; ${context.wallSeconds} s in all.${args.quick ? ' QUICK sizes: a smoke test.' : ''}`,
     '',
   ];
   const header = ['figure', 'unit', base.label];
-  if (peer) header.push(peer.label, 'ours/peer', 'better');
+  for (const p of peers) header.push(p.label, peers.length === 1 ? 'ours/peer' : `ours/${p.key}`);
+  if (peers.length) header.push('better');
   for (const sys of variants) header.push(sys.label, `÷ ${base.label}`);
   const rows = [header];
   for (const f of figures.values()) {
@@ -351,7 +425,8 @@ function printTable() {
       return Number.isFinite(ratio) ? `${ratio >= 10 ? ratio.toFixed(0) : ratio.toFixed(2)}×` : 'n/a';
     };
     const row = [f.name, f.unit, cell(base)];
-    if (peer) row.push(cell(peer), ratioOf(base, peer), f.better);
+    for (const p of peers) row.push(cell(p), ratioOf(base, p));
+    if (peers.length) row.push(f.better);
     for (const sys of variants) row.push(cell(sys), ratioOf(sys, base));
     rows.push(row);
   }
@@ -383,7 +458,7 @@ function printTable() {
     const tally = ['ok', 'capped', 'FAILED'].map((st) => [st, list.filter((c) => c.status === st).length]).filter(([, n]) => n).map(([st, n]) => `${st} ${n}/${list.length}`).join(', ');
     lines.push(`  ${k}: ${tally}${bad.length ? ` — ${bad.map((c) => `run ${c.run}: ${c.problems.join('; ')}`).join(' | ')}` : ''}`);
   }
-  if (peer) lines.push('', 'ours/peer: the ratio of the medians. For jobs/s above 1 means ours is faster; for ms below 1 means ours is faster.');
+  if (peers.length) lines.push('', 'ours/peer: the ratio of the medians. For jobs/s above 1 means ours is faster; for ms below 1 means ours is faster.');
   if (variants.length) lines.push('', `÷ ${base.label}: each topology's median over ${base.label}'s. For jobs/s below 1 is a cost; for ms above 1 is.`);
   process.stdout.write(`${lines.join('\n')}\n`);
 }

@@ -1,6 +1,15 @@
 // The three measurements, written once against the small system interface of bench/ours.mjs and
 // bench/peers/*.mjs: enqueue(payload), enqueueMany(payloads), startWorker({ concurrency,
-// prefetch, handler }), counts(), diagnostics(), close().
+// settings, handler }), counts(), diagnostics(), close().
+//
+// `settings` says how each system's worker is configured beyond its `concurrency` handlers; each
+// adapter maps it to its own options (and documents the mapping at its top):
+// - 'defaults': the system's own defaults;
+// - 'tuned': the settings for a backlog of fast jobs (ours: prefetch 500; graphile-worker: its
+//   perf test's local queue of 500 and batched completion; pg-boss: batches of 51 in burst mode);
+// - { prefetch: P }: P jobs claimed beyond the running ones ("equal concurrency and prefetch").
+import { fork } from 'node:child_process';
+import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { analyze } from './lib/db.mjs';
@@ -31,7 +40,7 @@ export async function enqueueBulk(sys, { jobs, batch }) {
 
 /**
  * `jobs` jobs inserted in bulk before any worker starts; then a no-op handler with `concurrency`
- * and `prefetch`. Timed from just before the worker starts until the database shows every job
+ * and `settings`. Timed from just before the worker starts until the database shows every job
  * succeeded (handlers counted in process; then the table is read every 25 ms until the last
  * completions are visible). Stops at `maxSeconds`: the figure is then the jobs succeeded by
  * then per second, and the run is marked capped.
@@ -40,15 +49,8 @@ export async function enqueueBulk(sys, { jobs, batch }) {
  * that many ordering keys; `handler` and `worker` choose what the handler does and extra handler
  * options; `executionsPerJob` is how often each job's handler is expected to run (2 for fail-once).
  */
-export async function processing(sys, { jobs, batch, concurrency, prefetch, maxSeconds, benchUrl, figure, variant }) {
-  const keys = variant?.orderingKeys;
-  const optionsOf = keys ? (payload) => ({ orderingKey: `k${payload.i % keys}` }) : undefined;
-  for (let start = 0; start < jobs; start += batch) {
-    await sys.enqueueMany(range(start, Math.min(jobs, start + batch)).map(payloadOf), optionsOf);
-  }
-  await analyze(benchUrl);
-  const before = await sys.counts();
-  if (before.total !== jobs) throw new Error(`expected ${jobs} jobs before the worker starts, found ${before.total}`);
+export async function processing(sys, { jobs, batch, concurrency, settings, maxSeconds, benchUrl, figure, variant }) {
+  await preload(sys, { jobs, batch, benchUrl, orderingKeys: variant?.orderingKeys });
 
   const expectedExecutions = jobs * (variant?.executionsPerJob ?? 1);
   let handled = 0;
@@ -63,16 +65,79 @@ export async function processing(sys, { jobs, batch, concurrency, prefetch, maxS
   const cpu = cpuMeter();
   const t0 = performance.now();
   const deadline = t0 + maxSeconds * 1000;
-  await sys.startWorker({ concurrency, prefetch, handler, ...(variant ? { variant } : {}) });
+  await sys.startWorker({ concurrency, settings, handler, ...(variant ? { variant } : {}) });
   await Promise.race([done, sleep(Math.max(0, deadline - performance.now()))]);
-  let counts;
-  for (;;) {
-    counts = await sys.counts();
-    if (counts.succeeded >= jobs || performance.now() >= deadline) break;
-    await sleep(25);
-  }
+  const counts = await drained(sys, jobs, deadline);
   const seconds = (performance.now() - t0) / 1000;
   const usage = cpu.stop();
+  return outcome({ sys, figure, jobs, counts, seconds, executions: handled, expectedExecutions, detail: { lastHandlerSeconds: handled ? round((lastHandlerAt - t0) / 1000) : null, ...usage } });
+}
+
+/**
+ * The same measurement with the workers in `processes` child processes (bench/lib/worker-process.mjs),
+ * each one worker of `concurrency` handlers with `settings` on the same queue, the jobs preloaded
+ * by this process. Timed from the moment every child has opened its system (connected, migrated:
+ * a no-op by then) and is told to start until the table shows every job succeeded.
+ * `openOptions`: what each child passes to the system's open() (the URL, schema and engine
+ * options of the run's topology).
+ */
+export async function processingProcesses(sys, { processes, jobs, batch, concurrency, settings, maxSeconds, benchUrl, figure, spec, openOptions }) {
+  await preload(sys, { jobs, batch, benchUrl });
+  const script = new URL('./lib/worker-process.mjs', import.meta.url);
+  const children = Array.from({ length: processes }, () => fork(script, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+  const exits = children.map((child) => once(child, 'exit'));
+  try {
+    const ready = children.map((child) => nextMessage(child, 'ready'));
+    for (const child of children) child.send({ type: 'open', spec, openOptions, concurrency, settings, expected: jobs });
+    await Promise.all(ready);
+    const t0 = performance.now();
+    const deadline = t0 + maxSeconds * 1000;
+    for (const child of children) child.send({ type: 'start' });
+    const counts = await drained(sys, jobs, deadline);
+    const seconds = (performance.now() - t0) / 1000;
+    const reports = await Promise.all(children.map((child) => {
+      const report = nextMessage(child, 'stopped');
+      child.send({ type: 'stop' });
+      return report;
+    }));
+    const executions = reports.reduce((a, r) => a + r.handled, 0);
+    return outcome({
+      sys,
+      figure,
+      jobs,
+      counts,
+      seconds,
+      executions,
+      expectedExecutions: jobs,
+      detail: { processes, handledPerProcess: reports.map((r) => r.handled), processCoresPerProcess: reports.map((r) => r.processCores) },
+    });
+  } finally {
+    for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await Promise.all(exits);
+  }
+}
+
+/** `jobs` jobs inserted in calls of `batch` before any worker starts, then ANALYZE. */
+async function preload(sys, { jobs, batch, benchUrl, orderingKeys }) {
+  const optionsOf = orderingKeys ? (payload) => ({ orderingKey: `k${payload.i % orderingKeys}` }) : undefined;
+  for (let start = 0; start < jobs; start += batch) {
+    await sys.enqueueMany(range(start, Math.min(jobs, start + batch)).map(payloadOf), optionsOf);
+  }
+  await analyze(benchUrl);
+  const before = await sys.counts();
+  if (before.total !== jobs) throw new Error(`expected ${jobs} jobs before the worker starts, found ${before.total}`);
+}
+
+/** The counts once every job succeeded (read every 25 ms), or at the deadline. */
+async function drained(sys, jobs, deadline) {
+  for (;;) {
+    const counts = await sys.counts();
+    if (counts.succeeded >= jobs || performance.now() >= deadline) return counts;
+    await sleep(25);
+  }
+}
+
+function outcome({ sys, figure, jobs, counts, seconds, executions, expectedExecutions, detail }) {
   const complete = counts.succeeded === jobs && counts.total === jobs;
   return {
     figures: { [figure]: counts.succeeded / seconds },
@@ -83,21 +148,38 @@ export async function processing(sys, { jobs, batch, concurrency, prefetch, maxS
       byState: counts.byState,
       // The handlers never fail (fail-once: exactly once): more executions than that means jobs
       // ran twice (leases expired).
-      executions: handled,
+      executions,
       expectedExecutions,
       // Insert variants: one side row per job, exactly (complete-tx: written with the completion).
       ...(counts.sideRows !== undefined ? { sideRows: counts.sideRows } : {}),
     },
     detail: {
       seconds: round(seconds),
-      lastHandlerSeconds: handled ? round((lastHandlerAt - t0) / 1000) : null,
-      executions: handled,
+      executions,
       succeeded: counts.succeeded,
       byState: counts.byState,
-      ...usage,
+      ...detail,
       ...sys.diagnostics(),
     },
   };
+}
+
+/** The next IPC message of `type` from `child`; rejects if the child exits first. */
+function nextMessage(child, type) {
+  return new Promise((resolve, reject) => {
+    const onMessage = (message) => {
+      if (message?.type === 'error') finish(reject, new Error(`worker process: ${message.message}`));
+      else if (message?.type === type) finish(resolve, message);
+    };
+    const onExit = (code, signal) => finish(reject, new Error(`worker process exited (${signal ?? code}) before "${type}"`));
+    const finish = (fn, value) => {
+      child.off('message', onMessage);
+      child.off('exit', onExit);
+      fn(value);
+    };
+    child.on('message', onMessage);
+    child.on('exit', onExit);
+  });
 }
 
 /**
@@ -105,7 +187,7 @@ export async function processing(sys, { jobs, batch, concurrency, prefetch, maxS
  * enqueue call's duration, enqueue call start → handler start ("pickup"), and enqueue resolved →
  * handler start ("after commit"; can be slightly negative, as the wake-up may beat the reply).
  */
-export async function latency(sys, { samples, gapMinMs, gapMaxMs, concurrency, prefetch, warmup = 10, timeoutMs = 10_000 }) {
+export async function latency(sys, { samples, gapMinMs, gapMaxMs, concurrency, settings, warmup = 10, timeoutMs = 10_000 }) {
   const waiters = new Map();
   const handler = (payload) => {
     const at = performance.now();
@@ -115,7 +197,7 @@ export async function latency(sys, { samples, gapMinMs, gapMaxMs, concurrency, p
       waiter(at);
     }
   };
-  await sys.startWorker({ concurrency, prefetch, handler });
+  await sys.startWorker({ concurrency, settings, handler });
   await sleep(500); // let it go idle
   const pickup = [];
   const afterCommit = [];

@@ -109,6 +109,8 @@ test('a migration whose connection is lost fails with DATABASE_UNAVAILABLE, not 
   const q = new PgQueue({ connectionString: database.url, logger: testLogger() });
   try {
     // The migrator waits for the schema's lock, held here, until its connection is terminated.
+    // A poll on purpose: only the server knows when a session of its waits on a lock (no signal
+    // of the engine's can say so).
     await admin.query('SELECT pg_advisory_lock($1::bigint)', [migrationLockKey('pgqueue')]);
     const migrating = q.migrate().then(
       () => undefined,
@@ -184,7 +186,8 @@ describe('a statement that does not finish within statementTimeoutMs', () => {
     } finally {
       await held.release();
     }
-    // What the message warns of: the statement was still waiting on the server, and ran.
+    // What the message warns of: the statement was still waiting on the server, and ran. A poll on
+    // purpose: the client gave up on that statement, so nothing in the engine hears of its end.
     await waitFor(async () => (await q.getJob(held.id))?.status === 'pending', 5_000);
   });
 });

@@ -5,6 +5,7 @@ import { createTestDatabase } from '../support/database.js';
 import { engineFixture, testLogger, waitFor } from '../support/engine.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
 import { engineInternals } from '../../lib/engine/internals.js';
+import { attemptEnded, localSignal, nextValues, testSignals } from '../support/signals.js';
 
 /**
  * The listener proves that it hears: a probe NOTIFY sent through the engine's pool (the path every
@@ -36,9 +37,9 @@ async function proxied(): Promise<{ proxy: TcpProxy; url: string }> {
 async function probeCounter() {
   const spy = new pg.Client({ connectionString: fx.url });
   await spy.connect();
-  const counter = { probes: 0, end: () => spy.end() };
+  const counter = { probes: localSignal<void>('spy.probe'), end: () => spy.end() };
   spy.on('notification', (message) => {
-    if (message.payload?.startsWith('*probe:')) counter.probes += 1;
+    if (message.payload?.startsWith('*probe:')) counter.probes.signal();
   });
   await spy.query(`LISTEN "pgqueue:wake"`);
   return counter;
@@ -51,15 +52,16 @@ test('a half-open (blackholed) listener is reported down within a probe interval
   const reconnectMaxMs = 200;
   // Polling effectively off: a pickup below proves a NOTIFY reached the listener.
   const q = fx.make({ pollIntervalMs: 60_000, listenConnectionString: url, notifier: { probeIntervalMs, probeTimeoutMs, reconnectMinMs: 50, reconnectMaxMs } });
-  const done: string[] = [];
-  q.work('half-open', async (job) => void done.push(job.id));
+  const signals = testSignals(q);
+  q.work('half-open', async () => {});
   await q.start();
-  await waitFor(() => engineInternals(q).notifier.listening);
+  await signals.notifier.listening.next();
 
   // Nothing is forwarded any more and nothing is reset: the socket looks open, nothing arrives.
   proxy.blackhole();
   // The next probe is sent within an interval and judged a timeout later (x2 for a loaded machine).
-  await waitFor(() => !engineInternals(q).notifier.listening, 2 * (probeIntervalMs + probeTimeoutMs), 5);
+  await signals.notifier.lost.next(2 * (probeIntervalMs + probeTimeoutMs));
+  expect(engineInternals(q).notifier.listening).toBe(false);
   // Down since the unheard probe was sent, a timeout before it was judged.
   const { listener } = await q.stats();
   expect(listener.listening).toBe(false);
@@ -67,6 +69,7 @@ test('a half-open (blackholed) listener is reported down within a probe interval
 
   // It stays down while the network is gone (reconnects hang until their timeout); health says so.
   const maxListenerDownMs = probeTimeoutMs;
+  // Real time on purpose: health judges how long the listener has been down by the clock.
   await waitFor(() => engineInternals(q).notifier.downForMs > maxListenerDownMs, 5 * maxListenerDownMs);
   const report = await checkHealth(q, { maxListenerDownMs });
   expect(report.healthy).toBe(false);
@@ -75,9 +78,9 @@ test('a half-open (blackholed) listener is reported down within a probe interval
 
   // Healed: the attempt in flight times out at worst, the next one listens and hears wake-ups.
   proxy.heal();
-  await waitFor(() => engineInternals(q).notifier.listening, 2 * (probeTimeoutMs + reconnectMaxMs + probeTimeoutMs));
+  await signals.notifier.listening.next(2 * (probeTimeoutMs + reconnectMaxMs + probeTimeoutMs));
   const id = await q.enqueue('half-open', {});
-  await waitFor(() => done.includes(id), 5_000);
+  await attemptEnded(signals, id, 'succeeded', 5_000);
   expect((await checkHealth(q, { maxListenerDownMs })).healthy).toBe(true);
   await q.stop();
 });
@@ -93,11 +96,13 @@ test('a listener whose LISTEN succeeds on a session that never hears the channel
     listenConnectionString: elsewhere.url,
     notifier: { probeIntervalMs: 100, probeTimeoutMs: 200, reconnectMinMs: 20, reconnectMaxMs: 50 },
   });
+  const lost = testSignals(q).notifier.lost;
   try {
     await q.start();
     const misses = () => logger.lines.filter((line) => /^(warn|log): Listener connection lost \(its probe NOTIFY .* was not heard/.test(line)).length;
     // Twice as many deaf attempts as it takes to warn: the warning must still have come once.
-    await waitFor(() => misses() >= 2 * DEAF_ATTEMPTS_BEFORE_WARNING, 20_000);
+    for (let n = 0; n < 2 * DEAF_ATTEMPTS_BEFORE_WARNING; n++) await lost.waitFor((l) => l.why === 'deaf', 20_000);
+    expect(misses()).toBeGreaterThanOrEqual(2 * DEAF_ATTEMPTS_BEFORE_WARNING);
     expect(engineInternals(q).notifier.listening).toBe(false);
     const report = await checkHealth(q, { maxListenerDownMs: 100 });
     expect(report.problems).toEqual([expect.stringMatching(/LISTEN connection has been down/)]);
@@ -116,15 +121,18 @@ test('a listener whose LISTEN succeeds on a session that never hears the channel
 test('probes do not wake queue workers', async () => {
   const counter = await probeCounter();
   const q = fx.make({ pollIntervalMs: 60_000, notifier: { probeIntervalMs: 20 } });
+  const signals = testSignals(q);
   let claims = 0;
   q.work('quiet', async () => {}, {}, { claimed: () => void claims++ });
   try {
     await q.start();
     // The start's own claim (nothing there), then silence: no poll within the test.
-    await waitFor(() => engineInternals(q).notifier.listening && claims >= 1);
+    await signals.notifier.listening.next();
+    await signals.worker.batchClaimed.next();
     const before = claims;
-    const probesBefore = counter.probes;
-    await waitFor(() => counter.probes >= probesBefore + 20, 10_000);
+    expect(before).toBeGreaterThanOrEqual(1);
+    counter.probes.clear();
+    await nextValues(counter.probes, 20);
     expect(claims).toBe(before);
     expect(engineInternals(q).notifier.listening).toBe(true);
   } finally {
@@ -136,29 +144,25 @@ test('probes do not wake queue workers', async () => {
 test('when the database comes back, the listener listens again once the pool reconnects, not after its backoff', async () => {
   // Pool and listener both through the proxy: for this engine, the database goes away and returns.
   const { proxy, url } = await proxied();
-  const lines: { at: number; line: string }[] = [];
-  const logger = { log: () => {}, warn: (line: string) => void lines.push({ at: Date.now(), line }), error: (line: string) => void lines.push({ at: Date.now(), line }) };
+  const lines = localSignal<{ at: number; line: string }>('comeback.lines');
+  const logger = { log: () => {}, warn: (line: string) => lines.signal({ at: Date.now(), line }), error: (line: string) => lines.signal({ at: Date.now(), line }) };
   // Every failure logged (failureLogIntervalMs 0): the test reads the backoff from the lines.
   const q = fx.make({ connectionString: url, logger, failureLogIntervalMs: 0, notifier: { reconnectMinMs: 50, reconnectMaxMs: 60_000 } });
-  let claims = 0;
-  q.work('comeback', async () => {}, {}, { claimed: () => void claims++ });
+  const signals = testSignals(q);
+  q.work('comeback', async () => {});
   await q.start();
-  await waitFor(() => engineInternals(q).notifier.listening);
+  await signals.notifier.listening.next();
 
   proxy.cut();
   // Its reconnects are refused and its backoff doubles: wait until the next retry is seconds away.
-  const retry = await waitFor(() => {
-    for (const { at, line } of lines) {
-      const delayMs = Number(/^Listener connection lost .* reconnecting in (\d+) ms/.exec(line)?.[1]);
-      if (delayMs >= 3_200) return { at, delayMs };
-    }
-    return undefined;
-  });
+  const reconnectDelay = (line: string) => Number(/^Listener connection lost .* reconnecting in (\d+) ms/.exec(line)?.[1]);
+  const found = await lines.waitFor(({ line }) => reconnectDelay(line) >= 3_200);
+  const retry = { at: found.at, delayMs: reconnectDelay(found.line) };
+  signals.worker.batchClaimed.clear(); // claims before the cut
   proxy.heal();
-  const claimsBefore = claims;
-  await waitFor(() => claims > claimsBefore);
+  await signals.worker.batchClaimed.next();
   // Claims have resumed (the pool connected again); the listener follows before its pending retry.
-  await waitFor(() => engineInternals(q).notifier.listening, 2 * retry.delayMs, 5);
+  await signals.notifier.listening.next(2 * retry.delayMs);
   expect(Date.now()).toBeLessThan(retry.at + retry.delayMs);
   await q.stop();
 });

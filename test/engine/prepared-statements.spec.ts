@@ -1,7 +1,8 @@
 import pg from 'pg';
 import { PermanentJobError, RetryableJobError, type PgQueueOptions } from '../../lib/engine/index.js';
 import { createStore } from '../../lib/engine/store/index.js';
-import { engineFixture, testLogger, waitFor } from '../support/engine.js';
+import { engineFixture, testLogger, waitForOutcome } from '../support/engine.js';
+import { attemptEnded, testSignals } from '../support/signals.js';
 
 /**
  * `preparedStatements: false` (for PgBouncer in transaction mode, where consecutive statements of
@@ -66,14 +67,13 @@ async function workload(pool: pg.Pool, options: Partial<PgQueueOptions>, queue: 
     { leaseMs: 1_000 },
   );
   await engine.start();
-  const ids = await engine.enqueueMany(['noop', 'complete', 'heartbeat', 'retry', 'permanent'].map((kind) => ({ queue, payload: { kind } })));
+  const kinds = ['noop', 'complete', 'heartbeat', 'retry', 'permanent'];
+  const ids = await engine.enqueueMany(kinds.map((kind) => ({ queue, payload: { kind } })));
   const [dead] = await engine.enqueueMany([{ queue, payload: { kind: 'permanent' } }]);
-  await waitFor(async () => (await engine.getJob(dead!))?.status === 'dead');
+  await waitForOutcome(engine, dead!, 'dead');
   await engine.replay(dead!);
-  await waitFor(async () => {
-    const statuses = await Promise.all(ids.map(async (id) => (await engine.getJob(id))?.status));
-    return statuses.every((status) => status === 'succeeded' || status === 'dead');
-  });
+  const signals = testSignals(engine);
+  await Promise.all(ids.map((id, i) => attemptEnded(signals, id, kinds[i] === 'permanent' ? 'dead' : 'succeeded')));
   await engine.reapOnce();
   await engine.stats();
   await engine.listDead({ queue });
@@ -162,7 +162,7 @@ test("statement names fit PostgreSQL's 63-byte limit with the longest schema nam
   });
   await engine.start();
   const id = await engine.enqueue('long-schema', {});
-  await waitFor(async () => (await engine.getJob(id))?.status === 'succeeded');
+  await waitForOutcome(engine, id, 'succeeded');
   await engine.stop();
   expect(done).toEqual([id]);
   expect(logger.lines).toEqual([]);

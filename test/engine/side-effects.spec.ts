@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseLostError, RetryableJobError } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
+import { engineFixture, waitForOutcome } from '../support/engine.js';
+import { attemptEnded, localSignal, nextValues, testSignals } from '../support/signals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -47,26 +48,27 @@ test('ctx.complete rolls back with the work when the work throws, and the job is
 
 test("a stale worker's ctx.complete writes nothing and learns it; the new owner's write is there once", async () => {
   const q = fx.make({ reaper: { intervalMs: 20 }, scheduler: { intervalMs: 20 } });
-  const outcomes: string[] = [];
+  const signals = testSignals(q);
+  const outcomes = localSignal<string>('tx-stale.outcomes');
   q.work('tx-stale', async (job, ctx) => {
     if (job.attempt === 1) {
-      // Ignore the signal and outlive the lease; the job is reaped and runs again meanwhile.
-      await waitFor(async () => (await fx.pool.query(`SELECT count(*)::int AS n FROM ledger WHERE job_id = $1`, [job.id])).rows[0].n === 1, 10_000);
+      // Ignore the signal and outlive the lease; the job is reaped and runs again meanwhile, to
+      // its success (its ledger row committed with it).
+      await attemptEnded(signals, job.id, 'succeeded', 10_000);
     }
     try {
       await ctx.complete(async (tx) => {
         await tx.query({ text: `INSERT INTO ledger VALUES ($1, $2, 'from attempt ' || $3)`, values: [job.id, job.leaseToken, job.attempt] });
       });
-      outcomes.push(`attempt ${job.attempt}: completed`);
+      outcomes.signal(`attempt ${job.attempt}: completed`);
     } catch (error) {
-      outcomes.push(`attempt ${job.attempt}: ${(error as LeaseLostError).code}/${(error as LeaseLostError).reason}`);
+      outcomes.signal(`attempt ${job.attempt}: ${(error as LeaseLostError).code}/${(error as LeaseLostError).reason}`);
     }
   }, { leaseMs: 300, abortMarginMs: 100, backoff: { baseMs: 0, maxMs: 0 } });
   await q.start();
   const id = await q.enqueue('tx-stale', {});
-  await waitFor(() => outcomes.length === 2, 15_000);
   // Attempt 1's token was superseded by attempt 2's claim: a lost lease, not "finished" (that is for our own token).
-  expect(outcomes).toEqual(['attempt 2: completed', 'attempt 1: LEASE_LOST/lease_lost']);
+  expect(await nextValues(outcomes, 2, 15_000)).toEqual(['attempt 2: completed', 'attempt 1: LEASE_LOST/lease_lost']);
   expect((await fx.pool.query(`SELECT note FROM ledger WHERE job_id = $1`, [id])).rows).toEqual([{ note: 'from attempt 2' }]);
   const job = await q.getJob(id);
   expect(job).toMatchObject({ status: 'succeeded', leaseToken: '2' });
@@ -220,7 +222,8 @@ test('D8: an effect whose result cannot be stored is recorded as happened, the j
     expect(await q.getJobEffects(id)).toEqual([expect.objectContaining({ status: 'confirmed', resultStored: false, result: null })]);
     // A replay (after a fix elsewhere) does not call the destination again either.
     await q.replay(id, { actor: 'test' });
-    await waitFor(async () => (await q.getJob(id))?.status === 'dead' && (await q.getJobEvents(id)).filter((e) => e.kind === 'dead').length === 2);
+    await waitForOutcome(q, id, 'dead');
+    expect((await q.getJobEvents(id)).filter((e) => e.kind === 'dead')).toHaveLength(2);
     expect((await fx.pool.query(`SELECT calls FROM gateway WHERE key = $1`, [key])).rows).toEqual([{ calls: 1 }]);
   }
 });

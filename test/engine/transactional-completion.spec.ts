@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseLostError, PgQueueError } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForOutcome } from '../support/engine.js';
-import { testSignals } from '../support/signals.js';
+import { engineFixture, waitForOutcome } from '../support/engine.js';
+import { localSignal, nextValues, testSignals } from '../support/signals.js';
 
 // ctx.complete off the happy path: a caller's transaction that is old, not a transaction at all,
 // or fails to commit; refusals while every pool connection is taken; the caller's settings.
@@ -20,7 +20,7 @@ const ledger = async (id: string) => (await fx.pool.query(`SELECT attempt, note 
 test("D6: ctx.complete({ client }) refuses a lease that expired while the caller's transaction was open (its now() is old)", async () => {
   // The reaper is far away: only the fence's own clock can refuse the stale completion.
   const q = fx.make({ reaper: { intervalMs: 60_000 } });
-  const outcomes: string[] = [];
+  const outcomes = localSignal<string>('d6.outcomes');
   q.work('d6', async (job, ctx) => {
     const client = await fx.pool.connect();
     try {
@@ -36,10 +36,10 @@ test("D6: ctx.complete({ client }) refuses a lease that expired while the caller
           await tx.query({ text: `INSERT INTO ledger VALUES ($1, $2, 'stale')`, values: [job.id, job.attempt] });
         }, { client });
         await client.query('COMMIT');
-        outcomes.push('completed');
+        outcomes.signal('completed');
       } catch (error) {
         await client.query('ROLLBACK');
-        outcomes.push(error instanceof LeaseLostError ? `lost: ${error.reason}` : `error: ${(error as Error).message}`);
+        outcomes.signal(error instanceof LeaseLostError ? `lost: ${error.reason}` : `error: ${(error as Error).message}`);
       }
     } finally {
       client.release();
@@ -47,15 +47,14 @@ test("D6: ctx.complete({ client }) refuses a lease that expired while the caller
   }, { leaseMs: 500, abortMarginMs: 240 });
   await q.start();
   const id = await q.enqueue('d6', {});
-  await waitFor(() => outcomes.length === 1, 10_000);
-  expect(outcomes).toEqual(['lost: lease_lost']);
+  expect(await outcomes.next()).toBe('lost: lease_lost');
   expect(await ledger(id)).toEqual([]);
   expect((await q.getJob(id))?.status).toBe('running'); // the reaper (not yet run) decides what happens next
 });
 
 test('D7: ctx.complete({ client }) with a client outside a transaction is refused before any work runs', async () => {
   const q = fx.make();
-  const errors: unknown[] = [];
+  const errors = localSignal<unknown>('d7.errors');
   let workRan = false;
   q.work('d7', async (job, ctx) => {
     const client = await fx.pool.connect();
@@ -68,7 +67,7 @@ test('D7: ctx.complete({ client }) with a client outside a transaction is refuse
         await q.cancel(job.id, { actor: 'test' });
       }, { client });
     } catch (error) {
-      errors.push(error);
+      errors.signal(error);
       throw error;
     } finally {
       client.release();
@@ -76,13 +75,14 @@ test('D7: ctx.complete({ client }) with a client outside a transaction is refuse
   }, { maxAttempts: 1 });
   await q.start();
   const id = await q.enqueue('d7', {});
-  await waitFor(() => errors.length === 1, 10_000);
+  const error = await errors.next();
   expect(workRan).toBe(false);
   expect(await ledger(id)).toEqual([]);
-  expect(errors[0]).toBeInstanceOf(PgQueueError);
-  expect(errors[0]).toMatchObject({ code: 'CLIENT_NOT_IN_TRANSACTION' });
-  expect((errors[0] as Error).message).toMatch(/BEGIN/);
+  expect(error).toBeInstanceOf(PgQueueError);
+  expect(error).toMatchObject({ code: 'CLIENT_NOT_IN_TRANSACTION' });
+  expect((error as Error).message).toMatch(/BEGIN/);
   await waitForOutcome(q, id, 'dead');
+  expect(errors.unread()).toEqual([]);
 });
 
 test("D19: ctx.complete restores the caller's lock_timeout", async () => {
@@ -107,7 +107,7 @@ test("D19: ctx.complete restores the caller's lock_timeout", async () => {
   await q.start();
   const id = await q.enqueue('d19', {});
   await waitForOutcome(q, id, 'succeeded');
-  await waitFor(() => seen.length === 2);
+  // The handler returned before its attempt ended: both settings were read by then.
   expect(seen).toEqual(['7s', '0']);
 });
 
@@ -160,25 +160,24 @@ test('D2: ten refused ctx.complete calls at once (pool 10, concurrency 10) do no
   const q = fx.make({ poolSize: 10 });
   let go!: () => void;
   const released = new Promise<void>((resolve) => (go = resolve));
-  const running = new Set<string>();
-  const refusals: string[] = [];
+  const running = localSignal<string>('d2.running');
+  const refusals = localSignal<string>('d2.refusals');
   q.work<{ n: number }>('d2', async (job, ctx) => {
     if (job.payload.n === 0) return; // the job enqueued afterwards: must still run
-    running.add(job.id);
+    running.signal(job.id);
     await released; // ignores its signal: it goes on to ctx.complete after the cancel
     try {
       await ctx.complete(async () => {});
     } catch (error) {
-      refusals.push((error as LeaseLostError).reason);
+      refusals.signal((error as LeaseLostError).reason);
     }
   }, { concurrency: 10, prefetch: 0 });
   await q.start();
   const ids = await q.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ queue: 'd2', payload: { n: i + 1 } })));
-  await waitFor(() => running.size === 10, 10_000);
+  expect(new Set(await nextValues(running, 10))).toEqual(new Set(ids));
   for (const id of ids) await q.cancel(id, { actor: 'operator' }); // an operator cancels all ten
   go();
-  await waitFor(() => refusals.length === 10, 10_000);
-  expect(refusals).toEqual(Array.from({ length: 10 }, () => 'cancelled'));
+  expect(await nextValues(refusals, 10)).toEqual(Array.from({ length: 10 }, () => 'cancelled'));
   // The process still enqueues, claims and completes.
   const after = await q.enqueue('d2', { n: 0 });
   await waitForOutcome(q, after, 'succeeded', 10_000);
@@ -242,8 +241,10 @@ test('a heartbeat inside ctx.complete whose transaction rolls back does not exte
   }, { leaseMs: 1_000, abortMarginMs: 200, concurrency: 2, backoff: { baseMs: 0, maxMs: 0 } });
   await q.start();
   const id = await q.enqueue('hb-rollback', {});
-  // Real time on purpose (the lease of 1 s really runs out); this poll only waits for the end.
-  await waitFor(async () => (await q.getJob(id))?.status === 'succeeded' && running === 0, 10_000);
+  // Real time on purpose: the worker's own lease clock (1 s, not renewed) must abort the handler
+  // before the database's lease runs out, which no SQL can stand in for. Only the end is awaited.
+  await waitForOutcome(q, id, 'succeeded', 10_000);
+  expect(running).toBe(0);
   expect(problems).toEqual([]);
   expect(maxRunning).toBe(1);
 });
@@ -252,12 +253,13 @@ test('an enqueue inside ctx.complete to a queue this process has not seen reads 
   await fx.pool.query(`INSERT INTO pgqueue.queues (name) VALUES ('declared-elsewhere')`);
   const errors: string[] = [];
   const q = fx.make({ poolSize: 2, statementTimeoutMs: 1_000 });
-  let inside = 0;
-  q.work('enqueue-in-tx', async (_job, ctx) => {
+  // Each handler says it is inside its transaction and waits (2 s at most) for the other's word.
+  const inside = localSignal<string>('enqueue-in-tx.inside');
+  q.work('enqueue-in-tx', async (job, ctx) => {
     try {
       await ctx.complete(async (tx) => {
-        inside += 1;
-        await waitFor(() => inside >= 2, 2_000).catch(() => {}); // both handlers hold their connection
+        inside.signal(job.id);
+        await inside.waitFor((other) => other !== job.id, 2_000).catch(() => {}); // both handlers hold their connection
         await q.enqueue('declared-elsewhere', {}, { client: tx });
       });
     } catch (error) {

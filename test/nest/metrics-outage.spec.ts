@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QUEUES, type DeliverWebhook } from '../../sample-app/jobs/job-payloads.js';
-import { waitFor } from '../support/engine.js';
+import { attemptEnded } from '../support/signals.js';
 import { familyType, value } from '../support/prometheus.js';
 import { bootSampleApp, type SampleApp } from '../support/sample-app.js';
 
@@ -36,8 +36,8 @@ describe('GET /metrics with the database down', () => {
 
   beforeAll(async () => {
     s = await bootSampleApp('metricsoutage', { poolSize: 4, pollIntervalMs: 100, statementTimeoutMs: STATEMENT_TIMEOUT_MS, metrics: { timeoutMs: 500 } }, [], { viaProxy: true });
-    await s.queue.enqueue<DeliverWebhook>(QUEUES.webhooks, { url: 'https://example.test/hook', event: 'paid' });
-    await waitFor(async () => value(await scrape(), 'pgqueue_jobs_succeeded_total', { queue: QUEUES.webhooks }) === 1);
+    const id = await s.queue.enqueue<DeliverWebhook>(QUEUES.webhooks, { url: 'https://example.test/hook', event: 'paid' });
+    await attemptEnded(s.signals, id, 'succeeded');
   });
 
   afterAll(() => s?.close());
@@ -72,11 +72,12 @@ describe('GET /metrics with the database down', () => {
     expect(value(text, 'pgqueue_jobs_succeeded_total', { queue: QUEUES.webhooks })).toBe(1);
     for (const family of DATABASE_FAMILIES) expect(familyType(text, family), family).toBeUndefined();
 
+    // Back once the pool reaches the database again: a claim that returns says so.
+    s.signals.worker.batchClaimed.clear();
     s.proxy!.heal();
-    const back = await waitFor(async () => {
-      const scraped = await scrape();
-      return value(scraped, 'pgqueue_database_up') === 1 ? scraped : undefined;
-    }, 3 * QUERY_TIMEOUT_MS);
+    await s.signals.worker.batchClaimed.next(3 * QUERY_TIMEOUT_MS);
+    const back = await scrape();
+    expect(value(back, 'pgqueue_database_up')).toBe(1);
     expect(value(back, 'pgqueue_jobs', { queue: QUEUES.webhooks, status: 'pending' })).toBe(0);
     expect(value(back, 'pgqueue_jobs_succeeded_total', { queue: QUEUES.webhooks })).toBe(1);
     // One warning for the whole outage (not one per scrape), and one line when it is over.

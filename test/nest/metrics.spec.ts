@@ -3,9 +3,10 @@ import { Injectable } from '@nestjs/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JobHandler, PROMETHEUS_CONTENT_TYPE, type Job, type JobContext } from '../../lib/index.js';
 import { QUEUES, type DeliverWebhook, type GenerateReport, type ImportCatalog } from '../../sample-app/jobs/job-payloads.js';
-import { waitFor } from '../support/engine.js';
 import { familyType, value } from '../support/prometheus.js';
 import { aborted, bootSampleApp, Gates, insertGhostClaim, type SampleApp } from '../support/sample-app.js';
+import { allEnded, attemptEnded } from '../support/signals.js';
+import { expireLease } from '../support/time-travel.js';
 
 interface Probe {
   mode: 'ok' | 'block';
@@ -40,17 +41,9 @@ describe('GET /metrics', () => {
     expect(response.status).toBe(200);
     return response.text();
   };
-  type Expectation = [name: string, labels: Record<string, string | number>, expected: number];
-  /**
-   * Scrapes until every `name{labels}` has its expected value, and returns that scrape. One scrape
-   * reads the database's gauges before this process's counters, so a counter can already show an
-   * event whose row the gauges missed: wait for both sides when a test reads both.
-   */
-  const scrapeUntil = (...expectations: Expectation[]) =>
-    waitFor(async () => {
-      const text = await scrape();
-      return expectations.every(([name, labels, expected]) => value(text, name, labels) === expected) ? text : undefined;
-    }, 15_000);
+  // Each test waits for the attempts it is about on the worker's signal, then scrapes once: the
+  // worker counts an outcome after its write committed and before it signals, so by then both the
+  // counters and the database's gauges show it.
 
   beforeAll(async () => {
     s = await bootSampleApp(
@@ -122,10 +115,9 @@ describe('GET /metrics', () => {
 
   it('counts retries by error code and attempt, successes, and their latencies', async () => {
     const id = await s.queue.enqueue<DeliverWebhook>(QUEUES.webhooks, { url: 'https://example.test/hook', event: 'paid', failuresBeforeSuccess: 2 });
-    const text = await scrapeUntil(
-      ['pgqueue_jobs_succeeded_total', { queue: QUEUES.webhooks }, 1],
-      ['pgqueue_jobs_finished_recent', { queue: QUEUES.webhooks, status: 'succeeded' }, 1],
-    );
+    await attemptEnded(s.signals, id, 'succeeded', 15_000);
+    const text = await scrape();
+    expect(value(text, 'pgqueue_jobs_succeeded_total', { queue: QUEUES.webhooks })).toBe(1);
     expect(await s.queue.get(id)).toMatchObject({ status: 'succeeded', attemptCount: 3 });
     expect(value(text, 'pgqueue_jobs_retried_total', { queue: QUEUES.webhooks, code: 'RECEIVER_UNAVAILABLE', attempt: 1 })).toBe(1);
     expect(value(text, 'pgqueue_jobs_retried_total', { queue: QUEUES.webhooks, code: 'RECEIVER_UNAVAILABLE', attempt: 2 })).toBe(1);
@@ -144,23 +136,23 @@ describe('GET /metrics', () => {
 
   it('counts dead jobs by code, and ages the oldest one', async () => {
     const id = await s.queue.enqueue<ImportCatalog>(QUEUES.imports, { version: 1, source: 's3://bucket/catalog.csv' });
-    const text = await scrapeUntil(
-      ['pgqueue_jobs_dead_total', { queue: QUEUES.imports, code: 'UNSUPPORTED_VERSION', attempt: 1 }, 1],
-      ['pgqueue_jobs', { queue: QUEUES.imports, status: 'dead' }, 1],
-    );
+    await attemptEnded(s.signals, id, 'dead', 15_000);
+    const text = await scrape();
+    expect(value(text, 'pgqueue_jobs_dead_total', { queue: QUEUES.imports, code: 'UNSUPPORTED_VERSION', attempt: 1 })).toBe(1);
     expect(await s.queue.get(id)).toMatchObject({ status: 'dead' });
     expect(value(text, 'pgqueue_jobs', { queue: QUEUES.imports, status: 'dead' })).toBe(1);
-    const age = await waitFor(async () => {
-      const seconds = value(await scrape(), 'pgqueue_oldest_dead_age_seconds', { queue: QUEUES.imports })!;
-      return seconds > 0 ? seconds : undefined;
-    });
+    // The scrape's now() is later than the dead write's: the age is above zero from the first scrape.
+    const age = value(text, 'pgqueue_oldest_dead_age_seconds', { queue: QUEUES.imports })!;
+    expect(age).toBeGreaterThan(0);
     expect(age).toBeLessThan(60);
   });
 
   it('counts heartbeats of a job that outlives its lease on progress', async () => {
     // 4 pages of 400 ms: 1.6 s on a 2 s lease; a heartbeat writes once a third of the lease has passed.
-    await s.queue.enqueue<GenerateReport>(QUEUES.reports, { reportId: 'm1', pages: 4, msPerPage: 400 });
-    const text = await scrapeUntil(['pgqueue_jobs_succeeded_total', { queue: QUEUES.reports }, 1]);
+    const id = await s.queue.enqueue<GenerateReport>(QUEUES.reports, { reportId: 'm1', pages: 4, msPerPage: 400 });
+    await attemptEnded(s.signals, id, 'succeeded', 15_000);
+    const text = await scrape();
+    expect(value(text, 'pgqueue_jobs_succeeded_total', { queue: QUEUES.reports })).toBe(1);
     expect(value(text, 'pgqueue_heartbeats_total', { queue: QUEUES.reports })).toBeGreaterThanOrEqual(1);
     expect(value(text, 'pgqueue_heartbeat_failures_total', { queue: QUEUES.reports })).toBe(0);
   });
@@ -169,7 +161,9 @@ describe('GET /metrics', () => {
     const id = await s.queue.enqueue('deaf', {}, { maxAttempts: 1 });
     // Aborted a margin before the 400 ms lease ends, abandoned half a margin later, recorded (fenced,
     // while the lease was still ours) as a LEASE_EXPIRED failure: its only attempt, so dead.
-    const text = await scrapeUntil(['pgqueue_jobs_dead_total', { queue: 'deaf', code: 'LEASE_EXPIRED', attempt: 1 }, 1]);
+    await attemptEnded(s.signals, id, 'dead', 15_000);
+    const text = await scrape();
+    expect(value(text, 'pgqueue_jobs_dead_total', { queue: 'deaf', code: 'LEASE_EXPIRED', attempt: 1 })).toBe(1);
     expect(await s.queue.get(id)).toMatchObject({ status: 'dead', lastErrorCode: 'LEASE_EXPIRED' });
     expect(value(text, 'pgqueue_lease_lost_total', { queue: 'deaf', reason: 'lease_lost', operation: 'fail' })).toBe(0);
     gates.open(id); // its late return changes nothing
@@ -177,7 +171,7 @@ describe('GET /metrics', () => {
 
   it('shows saturation, near-expiry, a refused completion after the lease expired, and the reaper’s recoveries', async () => {
     const id = await s.queue.enqueue<Probe>('probe', { mode: 'block' });
-    await waitFor(() => gates.started.has(id));
+    await gates.whenStarted(id);
     let text = await scrape();
     expect(value(text, 'pgqueue_worker_slots', { queue: 'probe' })).toBe(2);
     expect(value(text, 'pgqueue_worker_busy_slots', { queue: 'probe' })).toBe(1);
@@ -190,9 +184,11 @@ describe('GET /metrics', () => {
     expect(value(await scrape(), 'pgqueue_running_near_lease_expiry', { queue: 'probe' })).toBe(1);
 
     // ...then past it (a pause of the process would do the same): the handler's completion is refused.
-    await s.sql.query(`UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, [id]);
+    await expireLease(s.sql, id);
     gates.open(id);
-    text = await scrapeUntil(['pgqueue_lease_lost_total', { queue: 'probe', reason: 'lease_lost', operation: 'complete' }, 1]);
+    await attemptEnded(s.signals, id, 'lost', 15_000);
+    text = await scrape();
+    expect(value(text, 'pgqueue_lease_lost_total', { queue: 'probe', reason: 'lease_lost', operation: 'complete' })).toBe(1);
     expect(value(text, 'pgqueue_jobs_succeeded_total', { queue: 'probe' })).toBe(0);
     expect(await s.queue.get(id)).toMatchObject({ status: 'running' }); // nothing written: the reaper's turn
     expect(value(text, 'pgqueue_lease_expired_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBe(0);
@@ -203,10 +199,9 @@ describe('GET /metrics', () => {
     const reaped = await s.engine.reapOnce();
     expect(reaped).toMatchObject({ reaped: 3, dead: 1 });
 
-    text = await scrapeUntil(
-      ['pgqueue_jobs_succeeded_total', { queue: 'probe' }, 2],
-      ['pgqueue_jobs_finished_recent', { queue: 'probe', status: 'succeeded' }, 2],
-    );
+    await allEnded(s.signals, [id, ghost], 'succeeded', 15_000);
+    text = await scrape();
+    expect(value(text, 'pgqueue_jobs_succeeded_total', { queue: 'probe' })).toBe(2);
     expect(value(text, 'pgqueue_lease_expired_total', { queue: 'probe', code: 'LEASE_EXPIRED' })).toBe(3);
     expect(value(text, 'pgqueue_jobs_dead_total', { queue: 'probe', code: 'LEASE_EXPIRED', attempt: 2 })).toBe(1);
     expect(value(text, 'pgqueue_jobs_finished_recent', { queue: 'probe', status: 'succeeded' })).toBe(2);
@@ -222,11 +217,13 @@ describe('GET /metrics', () => {
 
   it('counts the refused write of a cancelled running job as a lost fence with reason "cancelled"', async () => {
     const id = await s.queue.enqueue<Probe>('probe', { mode: 'block' });
-    await waitFor(() => gates.started.has(id));
+    await gates.whenStarted(id);
     const response = await s.post(`/jobs/${id}/cancel`, { reason: 'metrics test' });
     expect(response.status).toBe(200);
     // The handler's signal aborted (it honours it) and it threw at once; its failure write was refused.
-    const text = await scrapeUntil(['pgqueue_lease_lost_total', { queue: 'probe', reason: 'cancelled', operation: 'fail' }, 1]);
+    await attemptEnded(s.signals, id, 'cancelled', 15_000);
+    const text = await scrape();
+    expect(value(text, 'pgqueue_lease_lost_total', { queue: 'probe', reason: 'cancelled', operation: 'fail' })).toBe(1);
     expect(await s.queue.get(id)).toMatchObject({ status: 'cancelled' });
     expect(value(text, 'pgqueue_jobs_finished_recent', { queue: 'probe', status: 'cancelled' })).toBe(1);
   });

@@ -20,6 +20,7 @@ import {
 import { drainQueues, DrainQueuesError } from '../../lib/testing/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
 import { CapturingLogger } from '../support/nest.js';
+import { nextValues, testSignals } from '../support/signals.js';
 
 interface Greeting {
   name: string;
@@ -245,8 +246,8 @@ describe('PgQueueModule', () => {
     expect(apiOnly.logger.messages('warn', 'PgQueue').join('\n')).toMatch(/processing is false: the handlers of api-only will not run/);
     const id = await apiOnly.queue.enqueue<Greeting>('api-only', { name: 'Barbara' });
     expect(apiOnly.engine.worker('api-only')).toBeUndefined();
-    // Several poll intervals (100 ms) pass; nothing in this process claims it.
-    await new Promise((r) => setTimeout(r, 500));
+    // Five of this process's reaper passes (100 ms apart) run; nothing in it claims the job.
+    await nextValues(testSignals(apiOnly.engine).reaper.passRan, 5);
     expect(await apiOnly.queue.get(id)).toMatchObject({ status: 'pending', attemptCount: 0 });
     expect(received.some((r) => r.id === id)).toBe(false);
 

@@ -5,8 +5,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { PgQueueModule, QueueService } from '../../lib/index.js';
 import { adminUrl, createTestDatabase } from '../support/database.js';
-import { waitFor } from '../support/engine.js';
 import { CapturingLogger } from '../support/nest.js';
+import { testSignals } from '../support/signals.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 
 // The reaper's and pruner's passes run from the app's SchedulerRegistry (not the engine's timers)
@@ -33,12 +33,23 @@ describe('the maintenance passes under SchedulerRegistry while the database is a
     try {
       await app.init();
       app.get(QueueService); // the module is up
+      const signals = testSignals(app);
       const cutAt = performance.now();
       proxy.cut();
+      // Real time on purpose: the outage must span more than two failureLogIntervalMs windows for
+      // the bounded log ("failed N more times in the last 1 s") to show.
       await sleep(2_500);
+      signals.reaper.passRan.clear();
+      signals.pruner.passRan.clear();
       proxy.heal();
+      // A pass signals at its end, before its host logs the recovery: after each pass's second
+      // success since the heal, the first one's line is written.
+      for (const passRan of [signals.reaper.passRan, signals.pruner.passRan] as const) {
+        await passRan.next(10_000);
+        await passRan.next(10_000);
+      }
       const recovered = (pass: string) => logger.messages('log', 'PgQueue').some((line) => line.startsWith(`${pass} pass works again after `));
-      await waitFor(() => recovered('Reaper') && recovered('Pruner'), 10_000);
+      expect([recovered('Reaper'), recovered('Pruner')]).toEqual([true, true]);
       const windowMs = performance.now() - cutAt;
       const bound = Math.ceil(windowMs / intervalMs) + 2;
       for (const pass of ['Reaper', 'Pruner']) {

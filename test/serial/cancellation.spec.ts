@@ -1,7 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createStore } from '../../lib/engine/store/index.js';
 import { explainStatement } from '../support/claim-plan.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitForOutcome } from '../support/engine.js';
+import { attemptEnded, claimed, testSignals } from '../support/signals.js';
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -19,12 +20,14 @@ test("D9: cancelling a running keyed head does not let its successor overlap it:
     entry.end = performance.now();
   });
   await q.start();
+  const signals = testSignals(q);
   const [head, next] = await q.enqueueMany([1, 2].map((n) => ({ queue: 'cancel-keyed', payload: { n }, options: { orderingKey: 'K' } })));
-  await waitForStatus(q, head!, 'running');
+  await claimed(signals, head!);
   await q.cancel(head!, { actor: 'operator' });
   expect((await q.getJob(head!))?.status).toBe('cancelled');
-  await waitForStatus(q, next!, 'succeeded', 10_000);
-  await waitFor(() => times.n1?.end !== undefined);
+  await waitForOutcome(q, next!, 'succeeded', 10_000);
+  await attemptEnded(signals, head!, 'cancelled');
+  expect(times.n1?.end).toBeDefined();
   // The successor started only after the cancelled head's handler had ended.
   expect(times.n2!.start).toBeGreaterThanOrEqual(times.n1!.end!);
 });
@@ -38,10 +41,12 @@ test('D9: a cancelled head whose worker never confirms (its handler hangs) holds
   }, { leaseMs: 1_000 });
   await q.start();
   const [head, next] = await q.enqueueMany([1, 2].map((n) => ({ queue: 'cancel-hung', payload: { n }, options: { orderingKey: 'H' } })));
-  await waitForStatus(q, head!, 'running');
+  // Real time on purpose: the lease the worker took runs out on its own clock and the database's,
+  // and what holds the key until then is what is tested.
+  await claimed(testSignals(q), head!);
   const { lease_expires_at: leaseEnd } = (await fx.pool.query(`SELECT lease_expires_at FROM pgqueue.jobs WHERE id = $1`, [head])).rows[0];
   await q.cancel(head!, { actor: 'operator' });
-  await waitForStatus(q, next!, 'succeeded', 10_000);
+  await waitForOutcome(q, next!, 'succeeded', 10_000);
   const { claimed_at: nextClaimedAt } = (await fx.pool.query(`SELECT claimed_at FROM pgqueue.jobs WHERE id = $1`, [next])).rows[0];
   // By the database's clock: the successor was claimed only once the head's lease had run out.
   expect(nextClaimedAt.getTime()).toBeGreaterThanOrEqual(leaseEnd.getTime());
@@ -67,10 +72,11 @@ test('D10: a cancel reaches an obedient handler within a poll interval without N
   await q.start();
   const operator = fx.make();
   const id = await operator.enqueue('cancel-poll', {});
-  await waitForStatus(operator, id, 'running');
+  await claimed(testSignals(q), id);
   const cancelledAt = performance.now();
   await operator.cancel(id, { actor: 'operator' });
-  await waitFor(() => abortedAt > 0, 10 * pollIntervalMs);
+  await attemptEnded(testSignals(q), id, 'cancelled', 10 * pollIntervalMs);
+  expect(abortedAt).toBeGreaterThan(0);
   expect(abortedAt - cancelledAt).toBeLessThan(3 * pollIntervalMs);
 });
 

@@ -1,6 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { JobEvent } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture, waitForOutcome } from '../support/engine.js';
+import { allEnded, attemptEnded, localSignal, testSignals } from '../support/signals.js';
+import { expireLease } from '../support/time-travel.js';
+
+// Most of these tests are real time on purpose: what they check is the worker's own lease clock
+// (a heartbeat's throttle, the abort margin, an abandoned handler, a lease running out in the
+// buffer), which moving a row's times by SQL would not exercise. They wait for the end on signals;
+// the one about the reaper and a silent worker moves the lease into the past instead.
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 beforeAll(async () => {
@@ -21,6 +28,7 @@ test('a heartbeat after progress extends the lease', async () => {
   let release!: () => void;
   const done = new Promise<void>((r) => (release = r));
   let beats = 0;
+  const sixBeats = localSignal<void>('hb-extend.sixBeats');
   q.work('hb-extend', async (_job, ctx) => {
     // Progress every 400 ms over 2.4 s, two leases: the job outlives its first lease only because
     // of the renewals (a write once a third of the lease has passed).
@@ -29,16 +37,18 @@ test('a heartbeat after progress extends the lease', async () => {
       await ctx.heartbeat();
       beats++;
     }
+    sixBeats.signal();
     await done;
   }, { leaseMs: 1_200, abortMarginMs: 300 });
   await q.start();
   const id = await q.enqueue('hb-extend', {});
-  await waitFor(() => beats === 6, 10_000);
+  await sixBeats.next();
+  expect(beats).toBe(6);
   const row = await leaseOf(id);
   expect(row.status).toBe('running');
   expect(row.lease_expires_at!.getTime()).toBeGreaterThan(row.now.getTime());
   release();
-  await waitFor(async () => (await leaseOf(id)).status === 'succeeded');
+  expect((await waitForOutcome(q, id, 'succeeded')).status).toBe('succeeded');
   expect(q.metrics.count('heartbeats', { queue: 'hb-extend' })).toBeGreaterThanOrEqual(2);
 });
 
@@ -54,7 +64,7 @@ test('without heartbeats the lease runs out: the signal aborts before expiry and
   }, { leaseMs: 1_000, abortMarginMs: 400, maxAttempts: 1 });
   await q.start();
   const id = await q.enqueue('hb-none', {});
-  const row = await waitForStatus(q, id, 'dead');
+  const row = await waitForOutcome(q, id, 'dead');
   expect(abortedAt).toBeGreaterThan(0);
   // The handler was told while the lease was still valid in the database.
   expect(leaseAtAbort!.status).toBe('running');
@@ -81,7 +91,7 @@ test('no heartbeat can push the lease past the maximum runtime; the attempt then
   }, { leaseMs: 600, abortMarginMs: 150, maxRuntimeMs: 1_800, maxAttempts: 1 });
   await q.start();
   const id = await q.enqueue('hb-deadline', {});
-  const job = await waitForStatus(q, id, 'dead');
+  const job = await waitForOutcome(q, id, 'dead');
   expect(job.lastErrorCode).toBe('MAX_RUNTIME');
   expect(seen.length).toBeGreaterThan(5);
   for (const s of seen) expect(s.expires).toBeLessThanOrEqual(s.deadline);
@@ -100,7 +110,7 @@ test('a handler that ignores its aborted signal is abandoned: its slot frees and
   }, { leaseMs: 2_000, abortMarginMs: 600, concurrency: 1, backoff: { baseMs: 0, maxMs: 0 } });
   await q.start();
   const id = await q.enqueue('stuck', {});
-  await waitForStatus(q, id, 'succeeded');
+  await waitForOutcome(q, id, 'succeeded');
   const events = await q.getJobEvents(id);
   expect(events.map((e) => [e.kind, e.errorCode])).toEqual([['retry_scheduled', 'LEASE_EXPIRED']]);
   expect(calls).toBe(2);
@@ -108,22 +118,30 @@ test('a handler that ignores its aborted signal is abandoned: its slot frees and
 
 test('the reaper recovers a lease whose worker went silent, with backoff, then dead when attempts run out', async () => {
   const q = fx.make({ reaper: { intervalMs: 50 } });
+  const signals = testSignals(q);
   await q.declareQueues(['orphans']);
   const id = await q.enqueue('orphans', {}, { maxAttempts: 2 });
-  // Claim as a worker that will never come back.
-  const claimOnce = () =>
-    fx.pool.query(
+  // Claim as a worker that will never come back, then let its lease run out by SQL (the reaper
+  // judges the row, not anyone's clock; no worker here holds the job).
+  const claimOnce = async () => {
+    const { rowCount } = await fx.pool.query(
       `UPDATE pgqueue.jobs SET status = 'running', attempt_count = attempt_count + 1, lease_token = lease_token + 1,
-         lease_owner = 'ghost', lease_expires_at = now() + interval '50 ms', deadline_at = now() + interval '1 hour',
+         lease_owner = 'ghost', lease_expires_at = now() + interval '1 hour', deadline_at = now() + interval '1 hour',
          max_attempts = coalesce(max_attempts, 5), backoff_base_ms = 10, backoff_max_ms = 10
        WHERE id = $1 AND status = 'pending'`,
       [id],
     );
+    expect(rowCount).toBe(1);
+    await expireLease(fx.pool, id);
+  };
   await claimOnce();
   await q.start();
-  await waitForStatus(q, id, 'pending');
+  await signals.reaper.passRan.waitFor((p) => p.reaped > 0);
+  // Scheduled for its 10 ms backoff; pending once the scheduler promoted it.
+  await signals.scheduler.passRan.waitFor((p) => p.promoted > 0);
   await claimOnce();
-  const dead = await waitForStatus(q, id, 'dead');
+  await signals.reaper.passRan.waitFor((p) => p.dead > 0);
+  const dead = (await q.getJob(id))!;
   expect(dead).toMatchObject({ attemptCount: 2, lastErrorCode: 'LEASE_EXPIRED', leaseOwner: null });
   const events = await q.getJobEvents(id);
   expect(events.map((e) => [e.kind, e.worker, e.toStatus])).toEqual([
@@ -139,7 +157,8 @@ test('events stream: a lost fence on heartbeat is reported with its reason and a
   let outcome = '';
   q.work('cancel-me', async (job, ctx) => {
     // Past a third of the lease, so the heartbeat writes (and meets the cancellation), and far from
-    // its end, so the local abort cannot come first on a loaded machine.
+    // its end, so the local abort cannot come first on a loaded machine. Real time on purpose: the
+    // heartbeat's throttle reads the worker's clock, which no SQL moves.
     await sleep(1_100);
     await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`, [job.id]);
     try {
@@ -151,7 +170,7 @@ test('events stream: a lost fence on heartbeat is reported with its reason and a
   }, { leaseMs: 3_000, abortMarginMs: 300 });
   await q.start();
   const id = await q.enqueue('cancel-me', {});
-  await waitFor(() => outcome !== '');
+  await attemptEnded(testSignals(q), id);
   expect(outcome).toBe('LEASE_LOST:cancelled:true');
   expect(events).toContainEqual(expect.objectContaining({ type: 'lease_lost', jobId: id, reason: 'cancelled', operation: 'heartbeat' }));
   expect((await q.getJob(id))?.status).toBe('cancelled');
@@ -167,7 +186,7 @@ test('D12: a job whose maxRuntimeMs is below the lease\'s abort margin is not ab
   });
   await q.start();
   const id = await q.enqueue('short-runtime', {}, { maxRuntimeMs: 1_000 });
-  const job = await waitForStatus(q, id, 'succeeded');
+  const job = await waitForOutcome(q, id, 'succeeded');
   expect(seen).toEqual(['not aborted']);
   expect(job.attemptCount).toBe(1);
 });
@@ -191,7 +210,7 @@ test('D3: prefetched jobs do not spend their lease or an attempt in the buffer (
   }, { concurrency: 10, prefetch: 10, leaseMs: 3_000, maxAttempts: 3 });
   await q.start();
   const ids = await q.enqueueMany(Array.from({ length: 20 }, () => ({ queue: 'buffered', payload: {} })));
-  for (const id of ids) await waitForStatus(q, id, 'succeeded', 30_000);
+  await allEnded(testSignals(q), ids, 'succeeded', 30_000);
   // Every job ran once, on its first attempt: none was aborted, retried or reaped for the time it waited.
   expect(runs).toBe(20);
   expect(deadlines).toEqual([]);
@@ -211,10 +230,12 @@ test('D3: a buffered job whose lease runs out before a slot frees is released wi
   }, { concurrency: 1, prefetch: 1, leaseMs: 1_000 });
   await q.start();
   const [first, second] = await q.enqueueMany([1, 2].map((n) => ({ queue: 'stuck-slot', payload: { n } })));
-  // The first job heartbeats nothing but is not checked here; the second waits in the buffer.
-  await waitFor(async () => (await q.getJobEvents(second!)).some((e) => e.kind === 'released'), 10_000);
+  // The first job heartbeats nothing but is not checked here; the second waits in the buffer until
+  // its lease runs out on the worker's clock (real time on purpose: that timer is what is tested).
+  await attemptEnded(testSignals(q), second!, 'released', 10_000);
+  expect((await q.getJobEvents(second!)).map((e) => e.kind)).toContain('released');
   release();
-  await waitForStatus(q, second!, 'succeeded', 10_000);
+  await waitForOutcome(q, second!, 'succeeded', 10_000);
   const job = await q.getJob(second!);
   // Its one real run is its first attempt: the release gave back the attempt the buffer took.
   expect(job?.attemptCount).toBe(1);

@@ -2,11 +2,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { transaction } from '../../lib/engine/store/index.js';
 import { PgQueueError } from '../../lib/engine/index.js';
-import { engineFixture, waitFor, waitForStatus } from '../support/engine.js';
+import { engineFixture } from '../support/engine.js';
+import { attemptEnded, claimed, localSignal, testSignals } from '../support/signals.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
 
 // Outages between a worker and its database: a cut network (connections reset, new ones refused)
 // and a blackhole (nothing answers, nothing is reset). Only the worker's pool goes through the proxy.
+// The outages last real time on purpose (a retry loop, a statement timeout, the log's windows must
+// be outlived); the tests wait on signals for everything else.
 
 let fx: Awaited<ReturnType<typeof engineFixture>>;
 let proxy: TcpProxy;
@@ -39,13 +42,14 @@ test('D20: a completion written while the database is unreachable is retried whi
   }, { leaseMs: 10_000 });
   await worker.start();
   const id = await observer.enqueue('d20', {});
-  await waitForStatus(observer, id, 'running');
+  await claimed(testSignals(worker), id);
   proxy.cut();
   release(); // the handler finishes while the database cannot be reached
   await new Promise((r) => setTimeout(r, 1_500));
   proxy.heal();
-  const job = await waitForStatus(observer, id, 'succeeded', 8_000); // well within the 10 s lease
-  expect(job.attemptCount).toBe(1);
+  await attemptEnded(testSignals(worker), id, 'succeeded', 8_000); // well within the 10 s lease
+  const job = await observer.getJob(id);
+  expect(job).toMatchObject({ status: 'succeeded', attemptCount: 1 });
   expect(runs).toBe(1);
 });
 
@@ -56,12 +60,13 @@ test('D5: a claim on a connection that went silent fails after statementTimeoutM
   worker.work('d5', async (job) => void done.push(job.id));
   await worker.start();
   const first = await observer.enqueue('d5', {});
-  await waitForStatus(observer, first, 'succeeded');
+  await attemptEnded(testSignals(worker), first, 'succeeded');
   proxy.blackhole(); // every open connection goes silent, and new ones hang
   await new Promise((r) => setTimeout(r, 2_500)); // claims in flight now hang... until their timeout
   proxy.heal();
   const second = await observer.enqueue('d5', {});
-  await waitForStatus(observer, second, 'succeeded', 10_000);
+  await attemptEnded(testSignals(worker), second, 'succeeded', 10_000);
+  expect((await observer.getJob(second))?.status).toBe('succeeded');
   expect(done).toEqual([first, second]);
 });
 
@@ -122,8 +127,12 @@ function kindOf(line: string): string {
 
 test('an outage logs at most one line per kind of failure per failureLogIntervalMs, with counts, and one recovery line per kind', async () => {
   const lines: string[] = [];
+  const recoveries = localSignal<string>('outage-log.recoveries');
   const logger = {
-    log: (m: string) => void lines.push(`log: ${m}`),
+    log: (m: string) => {
+      lines.push(`log: ${m}`);
+      recoveries.signal(m);
+    },
     warn: (m: string) => void lines.push(`warn: ${m}`),
     error: (m: string) => void lines.push(`error: ${m}`),
   };
@@ -147,7 +156,7 @@ test('an outage logs at most one line per kind of failure per failureLogInterval
   q.work('outage-log', () => gate, { concurrency: 4, leaseMs: 1_000 });
   await q.start();
   const ids = await observer.enqueueMany([1, 2, 3, 4].map((n) => ({ queue: 'outage-log', payload: { n } })));
-  for (const id of ids) await waitForStatus(observer, id, 'running');
+  for (const id of ids) await claimed(testSignals(q), id);
 
   const cutAt = performance.now();
   const before = lines.length;
@@ -156,7 +165,7 @@ test('an outage logs at most one line per kind of failure per failureLogInterval
   await sleep(3_500);
   proxy.heal();
   const kinds = ['Claim on queue "outage-log"', 'Reaper pass', 'Scheduler pass', 'Key handoff pass', 'Pruner pass'];
-  await waitFor(() => kinds.every((kind) => lines.some((line) => line.startsWith(`log: ${kind} works again after `))), 15_000);
+  for (const kind of kinds) await recoveries.waitFor((m) => m.startsWith(`${kind} works again after `), 15_000);
   const windowMs = performance.now() - cutAt;
   const during = lines.slice(before);
 

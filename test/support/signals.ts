@@ -1,4 +1,4 @@
-import type { AttemptOutcome, EngineTestSignals } from '../../lib/testing/test-signals.js';
+import { TestSignal, type AttemptOutcome, type EngineTestSignals } from '../../lib/testing/test-signals.js';
 
 export { testSignals } from '../../lib/testing/test-signals.js';
 
@@ -32,4 +32,20 @@ export async function nextClaims(signals: EngineTestSignals, queue: string, coun
 /** Waits for `ids` to end with `outcome` (default succeeded), in any order. */
 export async function allEnded(signals: EngineTestSignals, ids: readonly string[], outcome: AttemptOutcome = 'succeeded', timeoutMs?: number): Promise<void> {
   await Promise.all(ids.map((id) => attemptEnded(signals, id, outcome, timeoutMs)));
+}
+
+/**
+ * A signal of the test's own, for what happens in the test's process rather than in a service: a
+ * handler's progress, a spy session's notifications. Awaited like the engine's (values kept until
+ * a wait takes them), so a test does not poll the array a handler pushes to.
+ */
+export function localSignal<T>(name: string): TestSignal<T> {
+  return new TestSignal<T>(name);
+}
+
+/** The next `count` values of `signal` (kept or still to come), in order. */
+export async function nextValues<T>(signal: TestSignal<T>, count: number, timeoutMs?: number): Promise<T[]> {
+  const values: T[] = [];
+  for (let n = 0; n < count; n++) values.push(await signal.next(timeoutMs));
+  return values;
 }
