@@ -42,6 +42,7 @@ export {
   DatabaseUnavailableError,
   DatabaseTimeoutError,
   InternalError,
+  HandlerUsageError,
   type Job,
   type JobContext,
   type JobStatus,

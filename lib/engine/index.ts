@@ -70,6 +70,7 @@ export {
   DatabaseUnavailableError,
   DatabaseTimeoutError,
   InternalError,
+  HandlerUsageError,
   FENCE_LOSS_REASONS,
   type FenceLossReason,
 } from './errors.js';
