@@ -1,9 +1,7 @@
 import { configDefaults, defineConfig } from 'vitest/config';
+import { oxc } from './vitest.suite.js';
 
-// Nest's DI reads constructor types from decorator metadata; without these switches oxc emits
-// none and injection silently yields undefined. Every project needs them: projects do not inherit
-// the root's Vite options.
-const oxc = { decorator: { legacy: true, emitDecoratorMetadata: true } } as const;
+// oxc (vitest.suite.ts) on every project too: projects do not inherit the root's Vite options.
 
 const shared = {
   globals: true,

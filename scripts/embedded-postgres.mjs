@@ -405,16 +405,29 @@ function realpath(file) {
   }
 }
 
-async function stopServer(child, watchdog, exited, root) {
+function stopServer(child, watchdog, exited, root) {
+  // SIGINT = fast shutdown; escalate if it hangs.
+  return stopWatched(child, watchdog, exited, root, [
+    ['SIGINT', 15_000],
+    ['SIGQUIT', 5_000],
+    ['SIGKILL', 5_000],
+  ]);
+}
+
+/**
+ * Stops a server this file's way (postgres here, pgbouncer in pgbouncer.mjs): the signals in turn,
+ * each given its wait, until it exits; then dismisses its watchdog and deletes its temp dir.
+ * @param {import('node:child_process').ChildProcess} child
+ * @param {import('node:net').Socket} watchdog
+ * @param {Promise<unknown>} exited
+ * @param {string} root
+ * @param {[string, number][]} escalate
+ */
+export async function stopWatched(child, watchdog, exited, root, escalate) {
   child.ref();
   watchdog.ref();
+  // Not yet reaped, so the pid is still ours.
   if (child.exitCode === null && child.signalCode === null) {
-    // Not yet reaped, so the pid is still ours. SIGINT = fast shutdown; escalate if it hangs.
-    const escalate = [
-      ['SIGINT', 15_000],
-      ['SIGQUIT', 5_000],
-      ['SIGKILL', 5_000],
-    ];
     for (const [signal, wait] of escalate) {
       try {
         child.kill(/** @type {NodeJS.Signals} */ (signal));
@@ -432,11 +445,11 @@ async function stopServer(child, watchdog, exited, root) {
   await fsp.rm(root, { recursive: true, force: true, maxRetries: 3 });
 }
 
-async function logTail(file, lines = 30) {
+export async function logTail(file, lines = 30, missing = '(no server log)') {
   try {
     return (await fsp.readFile(file, 'utf8')).trim().split('\n').slice(-lines).join('\n');
   } catch {
-    return '(no server log)';
+    return missing;
   }
 }
 
@@ -451,7 +464,7 @@ export async function within(promise, ms) {
   }
 }
 
-function once(fn) {
+export function once(fn) {
   let promise;
   return () => (promise ??= fn());
 }

@@ -25,7 +25,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pg from 'pg';
-import { chownTree, ensureOsUser, freePort, within } from './embedded-postgres.mjs';
+import { chownTree, ensureOsUser, freePort, logTail, once, stopWatched } from './embedded-postgres.mjs';
 
 export const POOL_MODES = ['session', 'transaction'];
 
@@ -173,7 +173,7 @@ export async function startPgBouncer(options) {
           stop: once(() => stopBouncer(child, watchdog, exited, root)),
         };
       }
-      const log = await logTail(logFile);
+      const log = await logTail(logFile, 30, '(no pgbouncer log)');
       if (outcome === 'timeout') {
         await stopBouncer(child, watchdog, exited, root);
         throw new Error(`pgbouncer did not accept connections within ${startTimeoutMs} ms.\n--- pgbouncer log (tail) ---\n${log}`);
@@ -212,39 +212,11 @@ async function waitUntilReady(port, user, authFile, exited, timeoutMs) {
   return exit ?? 'timeout';
 }
 
-async function stopBouncer(child, watchdog, exited, root) {
-  child.ref();
-  watchdog.ref();
-  if (child.exitCode === null && child.signalCode === null) {
-    for (const [signal, wait] of [
-      ['SIGTERM', 5_000],
-      ['SIGKILL', 5_000],
-    ]) {
-      try {
-        child.kill(/** @type {NodeJS.Signals} */ (signal));
-      } catch {
-        // already gone
-      }
-      if (await within(exited, wait)) break;
-    }
-  }
-  await exited;
-  await within(new Promise((resolve) => watchdog.end('release\n', resolve)), 1_000);
-  watchdog.destroy();
-  await fsp.rm(root, { recursive: true, force: true, maxRetries: 3 });
-}
-
-async function logTail(file, lines = 30) {
-  try {
-    return (await fsp.readFile(file, 'utf8')).trim().split('\n').slice(-lines).join('\n');
-  } catch {
-    return '(no pgbouncer log)';
-  }
-}
-
-function once(fn) {
-  let promise;
-  return () => (promise ??= fn());
+function stopBouncer(child, watchdog, exited, root) {
+  return stopWatched(child, watchdog, exited, root, [
+    ['SIGTERM', 5_000],
+    ['SIGKILL', 5_000],
+  ]);
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href && process.argv.includes('--check')) {
