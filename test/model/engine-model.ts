@@ -179,13 +179,16 @@ interface Row {
   max_attempts: number | null;
 }
 
+// Both reads below sort by the table's bigint id (j.id, e.id), not by the selected id::text:
+// ORDER BY a bare `id` sorts the text alias, which puts "10" before "9" (a harness defect the
+// runs of seed 1414 found after job_events passed nine rows).
 async function rows(real: Real): Promise<Map<string, Row>> {
   const { rows } = await real.pool.query<Row>(
     `SELECT id::text, status::text, lease_token::text, lease_owner,
             CASE WHEN lease_expires_at IS NULL THEN NULL WHEN lease_expires_at > clock_timestamp() THEN 'live' ELSE 'expired' END AS lease,
             coalesce(lease_expires_at > deadline_at, false) AS lease_past_deadline,
             ordering_key, key_waiting, attempt_count, release_count, available_at <= clock_timestamp() AS due, max_attempts
-     FROM pgqueue.jobs ORDER BY id`,
+     FROM pgqueue.jobs j ORDER BY j.id`,
   );
   return new Map(rows.map((r) => [r.id, r]));
 }
@@ -248,7 +251,7 @@ async function check(real: Real, model: Model, before: Map<string, Row>, expecte
   for (const [id, n] of model.successes) expect(n, `successes applied to job ${id}`).toBeLessThanOrEqual(1);
   // The audit rows this step wrote agree with its transitions.
   const { rows: events } = await real.pool.query<{ id: string; job_id: string; kind: string; from_status: string | null; to_status: string | null }>(
-    `SELECT id::text, job_id::text, kind, from_status::text, to_status::text FROM pgqueue.job_events WHERE id > $1 ORDER BY id`,
+    `SELECT id::text, job_id::text, kind, from_status::text, to_status::text FROM pgqueue.job_events e WHERE e.id > $1 ORDER BY e.id`,
     [real.lastEventId],
   );
   if (events.length > 0) real.lastEventId = Number(events.at(-1)!.id);
@@ -261,6 +264,15 @@ async function check(real: Real, model: Model, before: Map<string, Row>, expecte
 const ev = (id: string, kind: string, from: string | null, to: string | null) => `${id} ${kind} ${from ?? '-'}>${to ?? '-'}`;
 const job = (model: Model, id: string) => model.jobs.find((j) => j.id === id);
 const pick = <T>(list: readonly T[], n: number): T | undefined => (list.length === 0 ? undefined : list[n % list.length]);
+/**
+ * A worker's attempt, counted from its newest: pick 0 is its latest claim, pick 1 the one before.
+ * From the oldest, a worker past four claims could never reach its current ones, and the attempt
+ * that matters most (a stale one just beside its job's new claim) was rarely drawn.
+ */
+const attempt = (model: Model, worker: Worker, n: number): Attempt | undefined => {
+  const held = model.held[worker];
+  return held.length === 0 ? undefined : held[held.length - 1 - (n % held.length)];
+};
 const fenceKey = (a: Attempt, worker: string) => ({ id: a.id, owner: worker, token: String(a.token) });
 
 function errorOf(kind: ErrorClass): unknown {
@@ -338,12 +350,11 @@ async function apply(o: Op, model: Model, real: Real, x: Expected): Promise<void
       return;
     }
     case 'complete': {
-      const held = model.held[o.worker];
-      const batch = [...new Set(o.picks.map((p) => pick(held, p)!).filter(Boolean))];
+      const batch = [...new Set(o.picks.map((p) => attempt(model, o.worker, p)!).filter(Boolean))];
       if (batch.length === 0) return;
       if (new Set(batch.map((a) => a.id)).size < batch.length) STATS.set('complete: two attempts of one job in a batch', (STATS.get('complete: two attempts of one job in a batch') ?? 0) + 1);
       // Decided against the rows as the statement's snapshot has them, then applied.
-      const decided = batch.map((a) => ({ a, j: job(model, a.id), applied: fenceHolds(job(model, a.id), a, o.worker), loss: lossOf(job(model, a.id), a, o.worker) }));
+      const decided = batch.map((a) => ({ a, j: job(model, a.id), was: job(model, a.id)?.status, applied: fenceHolds(job(model, a.id), a, o.worker), loss: lossOf(job(model, a.id), a, o.worker) }));
       const result = await store.releasingKeys(pool, real.channel, (db) => store.completeMany(db, { ids: batch.map((a) => a.id), tokens: batch.map((a) => String(a.token)), owner: o.worker }));
       // One row per input, in no particular order.
       const told = result.rows.map((r) => `${r.id}:${r.token} ${r.ok ? 'applied' : r.reason}`).sort();
@@ -352,7 +363,7 @@ async function apply(o: Op, model: Model, real: Real, x: Expected): Promise<void
       for (const d of decided) {
         if (!d.j) continue;
         if (!d.applied) {
-          x.events.push(ev(d.a.id, 'lost_fence', d.j.status, null));
+          x.events.push(ev(d.a.id, 'lost_fence', d.was!, null));
           continue;
         }
         d.j.status = 'succeeded';
@@ -364,7 +375,7 @@ async function apply(o: Op, model: Model, real: Real, x: Expected): Promise<void
       return;
     }
     case 'fail': {
-      const a = pick(model.held[o.worker], o.pick);
+      const a = attempt(model, o.worker, o.pick);
       if (!a) return;
       const j = job(model, a.id);
       const failure = classifyFailure(errorOf(o.error));
@@ -389,7 +400,7 @@ async function apply(o: Op, model: Model, real: Real, x: Expected): Promise<void
       return;
     }
     case 'heartbeat': {
-      const a = pick(model.held[o.worker], o.pick);
+      const a = attempt(model, o.worker, o.pick);
       if (!a) return;
       const j = job(model, a.id);
       const holds = fenceHolds(j, a, o.worker);
@@ -399,7 +410,7 @@ async function apply(o: Op, model: Model, real: Real, x: Expected): Promise<void
       return;
     }
     case 'release': {
-      const a = pick(model.held[o.worker], o.pick);
+      const a = attempt(model, o.worker, o.pick);
       if (!a) return;
       const j = job(model, a.id);
       const holds = fenceHolds(j, a, o.worker);
@@ -422,7 +433,7 @@ async function apply(o: Op, model: Model, real: Real, x: Expected): Promise<void
       return;
     }
     case 'endCancelledAttempt': {
-      const a = pick(model.held[o.worker], o.pick);
+      const a = attempt(model, o.worker, o.pick);
       if (!a) return;
       const j = job(model, a.id);
       const ends = j !== undefined && j.status === 'cancelled' && j.owner === o.worker && j.token === a.token && j.lease !== null;
@@ -443,14 +454,14 @@ async function apply(o: Op, model: Model, real: Real, x: Expected): Promise<void
       // A completion whose session is terminated while the statement waits for a row lock: the
       // statement dies with its session and changes nothing (deterministic: the test holds the lock
       // until it has seen the statement wait for it, then kills that backend).
-      const a = pick(model.held[o.worker], o.pick);
+      const a = attempt(model, o.worker, o.pick);
       if (!a || !fenceHolds(job(model, a.id), a, o.worker)) return;
       await killedMidStatement(real, a.id, (client) => store.completeMany(client, { ids: [a.id], tokens: [String(a.token)], owner: o.worker }));
       return;
     }
     case 'expireLease': {
       const j = pick(
-        model.jobs.filter((m) => m.lease !== null),
+        model.jobs.filter((m) => m.lease === 'live'),
         o.job,
       );
       if (!j) return;
@@ -603,30 +614,85 @@ async function killedMidStatement(real: Real, id: string, statement: (client: pg
   }
 }
 
+/**
+ * Whether an operation can do anything in this state: fast-check skips a command whose check is
+ * false, so a list is not mostly steps that find nothing to act on (an expireLease with no lease,
+ * a reap with nothing expired). Refusals are still drawn: completions of stale attempts, cancels
+ * of finished jobs, claims of a paused queue.
+ */
+function applicable(o: Op, model: Readonly<Model>): boolean {
+  switch (o.op) {
+    case 'claim':
+      return model.jobs.some((j) => j.status === 'pending' && !j.keyWaiting);
+    case 'complete':
+    case 'fail':
+    case 'heartbeat':
+    case 'release':
+    case 'killSession':
+    case 'crash':
+      return model.held[o.worker].length > 0;
+    case 'endCancelledAttempt':
+      return model.held[o.worker].some((a) => model.jobs.some((j) => j.id === a.id && j.status === 'cancelled' && j.lease !== null));
+    case 'expireLease':
+      return model.jobs.some((j) => j.lease === 'live');
+    case 'makeDue':
+      return model.jobs.some((j) => (j.status === 'scheduled' && !j.due) || j.status === 'pending');
+    case 'reap':
+      return model.jobs.some((j) => j.lease === 'expired');
+    case 'promote':
+      return model.jobs.some((j) => j.status === 'scheduled' && j.due);
+    case 'cancel':
+    case 'replay':
+    case 'discard':
+      return model.jobs.length > 0;
+    case 'pause':
+      return !model.paused;
+    case 'resume':
+      return model.paused;
+    case 'enqueue':
+      return true;
+  }
+}
+
+/** Names the operation a failure happened in: fast-check prints the list, not the step. */
+function annotated(e: unknown, o: Op): unknown {
+  if (e instanceof Error) e.message = `at ${JSON.stringify(o)}: ${e.message}`;
+  return e;
+}
+
 /** What the runs did, by operation, audit kind and job state after each step (printed by the spec). */
 export const STATS = new Map<string, number>();
 
 /** One operation as a fast-check command; its toString is the op literal, so a failure prints replayable code. */
 export class OpCommand implements fc.AsyncCommand<Model, Real> {
   constructor(readonly o: Op) {}
-  check(): boolean {
-    return true;
+  check(model: Readonly<Model>): boolean {
+    return applicable(this.o, model);
   }
   async run(model: Model, real: Real): Promise<void> {
     const before = await rows(real);
     const expected: Expected = { events: [], terminalMayChange: new Set() };
-    await apply(this.o, model, real, expected);
+    await apply(this.o, model, real, expected).catch((e: unknown) => {
+      throw annotated(e, this.o);
+    });
     STATS.set(this.o.op, (STATS.get(this.o.op) ?? 0) + 1);
     for (const e of expected.events) STATS.set(`event ${e.split(' ')[1]}`, (STATS.get(`event ${e.split(' ')[1]}`) ?? 0) + 1);
     for (const j of model.jobs) STATS.set(`state ${j.status}`, (STATS.get(`state ${j.status}`) ?? 0) + 1);
-    await check(real, model, before, expected);
+    await check(real, model, before, expected).catch((e: unknown) => {
+      throw annotated(e, this.o);
+    });
   }
   toString(): string {
     return JSON.stringify(this.o);
   }
 }
 
-const worker = fc.constantFrom(...WORKERS);
+/**
+ * w0 is drawn as often as the other two together: a job that comes back is then often claimed
+ * again by the worker that holds its stale attempt, the shape in which a fence without its token
+ * (or outcomes told by id) goes wrong.
+ */
+const worker = fc.constantFrom<Worker>('w0', 'w0', 'w1', 'w2');
 const index = fc.nat({ max: 3 });
 
 /**
@@ -635,9 +701,9 @@ const index = fc.nat({ max: 3 });
  * are claimed again (stale attempts beside current ones) within a list of 40.
  */
 const OP_WEIGHTS: [number, fc.Arbitrary<Op>][] = [
-  [3, fc.record({ op: fc.constant('enqueue' as const), key: fc.constantFrom(null, ...KEYS), priority: fc.nat({ max: 2 }), delayed: fc.constantFrom(false, false, false, true), maxAttempts: fc.constantFrom(null, 1, 2) })],
-  [4, fc.record({ op: fc.constant('claim' as const), worker, limit: fc.integer({ min: 1, max: 3 }) })],
-  [4, fc.record({ op: fc.constant('complete' as const), worker, picks: fc.oneof(fc.constant<number[]>([0, 1, 2, 3]), fc.array(index, { minLength: 1, maxLength: 3 })) })],
+  [5, fc.record({ op: fc.constant('enqueue' as const), key: fc.constantFrom(null, ...KEYS), priority: fc.nat({ max: 2 }), delayed: fc.constantFrom(false, false, false, true), maxAttempts: fc.constantFrom(null, 1, 2) })],
+  [6, fc.record({ op: fc.constant('claim' as const), worker, limit: fc.integer({ min: 1, max: 3 }) })],
+  [5, fc.record({ op: fc.constant('complete' as const), worker, picks: fc.oneof(fc.constant<number[]>([0, 1, 2, 3]), fc.tuple(index), fc.array(index, { minLength: 2, maxLength: 3 })) })],
   [2, fc.record({ op: fc.constant('fail' as const), worker, pick: index, error: fc.constantFrom<ErrorClass>('permanent', 'retryable', 'retryable-now', 'unknown') })],
   [1, fc.record({ op: fc.constant('heartbeat' as const), worker, pick: index })],
   [1, fc.record({ op: fc.constant('release' as const), worker, pick: index, started: fc.boolean() })],
@@ -646,13 +712,13 @@ const OP_WEIGHTS: [number, fc.Arbitrary<Op>][] = [
   [1, fc.record({ op: fc.constant('killSession' as const), worker, pick: index })],
   [4, fc.record({ op: fc.constant('expireLease' as const), job: index })],
   [3, fc.record({ op: fc.constant('makeDue' as const), job: index })],
-  [3, fc.record({ op: fc.constant('reap' as const) })],
-  [3, fc.record({ op: fc.constant('promote' as const) })],
+  [4, fc.record({ op: fc.constant('reap' as const) })],
+  [4, fc.record({ op: fc.constant('promote' as const) })],
   [1, fc.record({ op: fc.constant('cancel' as const), job: index })],
   [1, fc.record({ op: fc.constant('replay' as const), job: index })],
   [1, fc.record({ op: fc.constant('discard' as const), job: index, delete: fc.boolean() })],
   [1, fc.record({ op: fc.constant('pause' as const) })],
-  [3, fc.record({ op: fc.constant('resume' as const) })],
+  [2, fc.record({ op: fc.constant('resume' as const) })],
 ];
 
 export const OPS: fc.Arbitrary<fc.AsyncCommand<Model, Real>>[] = OP_WEIGHTS.flatMap(([weight, arb]) => Array.from({ length: weight }, () => arb.map((o) => new OpCommand(o))));
