@@ -1,6 +1,9 @@
 // The public API of nestjs-pg-queue. The framework-free engine has its own entry point,
 // "nestjs-pg-queue/engine", and the test kit its own, "nestjs-pg-queue/testing".
-export { PgQueueModule } from './pg-queue.module.js';
+export { PgQueueModule, PgQueueFeatureModule } from './pg-queue.module.js';
+export { Queue, getQueueToken, type RegisterQueueOptions, type QueueJobToEnqueue } from './queue.handle.js';
+export { InjectQueue } from './inject-queue.decorator.js';
+export { PgQueueExceptionFilter, pgQueueErrorStatus, type PgQueueErrorBody, type PgQueueHttpError } from './pg-queue-exception.filter.js';
 export type { PgQueueModuleExtras } from './pg-queue.module-definition.js';
 export { JobHandler } from './job-handler.decorator.js';
 export {

@@ -47,3 +47,27 @@ export const HEALTH_NO_ANSWER = (timeoutMs: number) => `the database did not ans
 export const HEALTH_UNREACHABLE = (target: string, reason: string) => `the database at ${target} cannot be reached (${reason})`;
 
 export const HEALTH_FAILED = (message: string) => `the health check could not read the queue: ${message.slice(0, 300)}`;
+
+export const QUEUE_NOT_DECLARED_YET = (queue: string) =>
+  `Queue "${queue}" is not declared in the database yet: registered queues are declared when the application starts (app.init() or app.listen()). Call this after the start.`;
+
+export const FOR_ROOT_TWICE = (count: number, importers: readonly string[]) =>
+  `PgQueueModule.forRoot() (or forRootAsync()) is imported ${count} times${importers.length ? ` (by ${importers.join(', ')})` : ''}: each would start an engine of its own`;
+
+export const FOR_ROOT_TWICE_FIX = () =>
+  'Import PgQueueModule.forRoot() once, in the root module; in feature modules import PgQueueModule.registerQueue({ name }) and inject the queue with @InjectQueue(name).';
+
+export const FOR_ROOT_MISSING = (queue: string) =>
+  `PgQueueModule.registerQueue({ name: "${queue}" }) found no PgQueueModule.forRoot(): import PgQueueModule.forRoot() (or forRootAsync()) once, in the root module (it is global unless isGlobal: false; with isGlobal: false, import it in this feature module too).`;
+
+export const PROCESSING_OFF = () =>
+  'processing is false in this process (an API-only process): it has no workers to start. Set processing: true (the default) where handlers should run.';
+
+export const WORKERS_STARTED = (queues: readonly string[]) => (queues.length ? `Workers started for ${queues.join(', ')}.` : 'No handlers in this process: no workers to start.');
+
+export const WORKERS_NOT_AUTOSTARTED = () => 'autoStart is false: the workers start when QueueService.startProcessing() is called.';
+
+export const INTERVAL_TAKEN = (name: string, reason: string) => `PgQueueModule could not register its interval "${name}" with the app's SchedulerRegistry (${reason})`;
+
+export const INTERVAL_TAKEN_FIX = () =>
+  'Names starting with "pg-queue:" belong to PgQueueModule: rename your own interval, and import PgQueueModule.forRoot() only once.';

@@ -1,4 +1,5 @@
-import { Module } from '@nestjs/common';
+import { Module, type DynamicModule, type Provider } from '@nestjs/common';
+import { InvalidOptionError, isQueueName, type PgQueue } from './engine/index.js';
 import { DiscoveryModule } from '@nestjs/core';
 import { PgQueueMetadataAccessor } from './nest/pg-queue-metadata.accessor.js';
 import { PgQueueExplorer } from './nest/pg-queue.explorer.js';
@@ -9,6 +10,8 @@ import { ConfigurablePgQueueModule } from './pg-queue.module-definition.js';
 import { PgQueueHealthIndicator } from './pg-queue-health.indicator.js';
 import { PgQueueMetricsService } from './pg-queue-metrics.service.js';
 import { QueueService } from './queue.service.js';
+import { getQueueToken, Queue, type RegisterQueueOptions } from './queue.handle.js';
+import { FOR_ROOT_MISSING } from './pg-queue.messages.js';
 
 /**
  * PostgreSQL as a job queue for Nest.
@@ -26,7 +29,9 @@ import { QueueService } from './queue.service.js';
  *
  * `forRootAsync({ imports, inject, useFactory })` (or `useClass` / `useExisting` with a
  * `PgQueueOptionsFactory`) reads the options from other providers, e.g. `ConfigService`. The module
- * is global unless `isGlobal: false`.
+ * is global unless `isGlobal: false`. Import `forRoot` once, in the root module (a second one is a
+ * start error); feature modules import `registerQueue({ name })` and inject the queue's handle
+ * with `@InjectQueue(name)`.
  *
  * It never imports `ScheduleModule.forRoot()` (a second one would run the app's own `@Cron` and
  * `@Interval` methods twice). When the app imports it, the reaper's and pruner's passes are
@@ -48,4 +53,36 @@ import { QueueService } from './queue.service.js';
   ],
   exports: [QueueService, PgQueueHealthIndicator, PgQueueMetricsService, PG_QUEUE_ENGINE],
 })
-export class PgQueueModule extends ConfigurablePgQueueModule {}
+export class PgQueueModule extends ConfigurablePgQueueModule {
+  /**
+   * Handles of queues for a feature module, the @nestjs/bullmq way: each `{ name, defaults }`
+   * becomes a `Queue` provider (exported) injected with `@InjectQueue(name)`. The queues are
+   * declared when the application starts. Needs `forRoot()` (or `forRootAsync()`) once, in the
+   * root module; this module starts nothing of its own.
+   */
+  static registerQueue(...queues: RegisterQueueOptions[]): DynamicModule {
+    const providers: Provider[] = queues.map((options, index) => {
+      const name: unknown = options?.name;
+      if (typeof name !== 'string' || !isQueueName(name)) {
+        throw new InvalidOptionError(
+          `registerQueue[${index}].name`,
+          `${JSON.stringify(String(name).slice(0, 80))} is not a valid queue name`,
+          'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.',
+        );
+      }
+      return {
+        provide: getQueueToken(name),
+        useFactory: (engine: PgQueue | undefined) => {
+          if (!engine) throw new InvalidOptionError('PgQueueModule.registerQueue', FOR_ROOT_MISSING(name), 'Add PgQueueModule.forRoot() to the root module.');
+          return new Queue(name, engine, options.defaults);
+        },
+        inject: [{ token: PG_QUEUE_ENGINE, optional: true }],
+      };
+    });
+    return { module: PgQueueFeatureModule, providers, exports: providers.map((p) => (p as { provide: string }).provide) };
+  }
+}
+
+/** The module `registerQueue` returns: queue handles only, on the root module's engine. */
+@Module({})
+export class PgQueueFeatureModule {}

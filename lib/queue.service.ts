@@ -1,6 +1,7 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import {
+  InvalidOptionError,
   PgQueue,
   type DeadJobPage,
   type EngineStats,
@@ -15,6 +16,7 @@ import {
 } from './engine/index.js';
 import { jobEvents$ } from './nest/job-events.js';
 import { PG_QUEUE_ENGINE } from './pg-queue.constants.js';
+import { PgQueueOrchestrator } from './nest/pg-queue.orchestrator.js';
 
 /** Options of `QueueService.enqueue`: when and how the job runs, and on which connection. */
 export type QueueEnqueueOptions = EnqueueOptions & EnqueueCallOptions;
@@ -60,7 +62,10 @@ export type StatsOptions = NonNullable<Parameters<PgQueue['stats']>[0]>;
 export class QueueService {
   private readonly jobEvents$: Observable<JobEvent>;
 
-  constructor(@Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue) {
+  constructor(
+    @Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue,
+    @Optional() private readonly orchestrator?: PgQueueOrchestrator,
+  ) {
     this.jobEvents$ = jobEvents$(engine);
   }
 
@@ -182,6 +187,35 @@ export class QueueService {
    */
   stats(options: StatsOptions = {}): Promise<EngineStats> {
     return this.engine.stats(options);
+  }
+
+  /**
+   * Starts this process's workers: with `autoStart: false` they do not start with the application,
+   * and this is when they do (after a warm-up, a leader election, a feature flag); after
+   * `stopProcessing()` it starts them again. Does nothing when they are running. Throws
+   * `InvalidOptionError` in a `processing: false` process (it has no workers).
+   */
+  startProcessing(): Promise<void> {
+    return this.module('startProcessing').startProcessing();
+  }
+
+  /**
+   * Stops this process's workers as shutdown does (no new claims; running handlers get
+   * `shutdownTimeoutMs`, then are aborted and their jobs released), and keeps the rest: enqueue,
+   * reads, operators' calls, maintenance.
+   */
+  stopProcessing(): Promise<void> {
+    return this.module('stopProcessing').stopProcessing();
+  }
+
+  /** Whether this process's workers are running. */
+  get processing(): boolean {
+    return this.engine.processing;
+  }
+
+  private module(what: string): PgQueueOrchestrator {
+    if (!this.orchestrator) throw new InvalidOptionError(`QueueService.${what}`, 'this QueueService was not created by PgQueueModule', 'Get QueueService from the application (app.get(QueueService)) or inject it.');
+    return this.orchestrator;
   }
 
   /**

@@ -1,13 +1,12 @@
 import { Module, type DynamicModule, type Provider } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { TerminusModule } from '@nestjs/terminus';
-import { PgQueueModule, type PgQueueModuleOptions } from '../lib/index.js';
+import { PgQueueExceptionFilter, PgQueueModule, type PgQueueModuleOptions } from '../lib/index.js';
 import { FakePaymentGateway } from './fake-payment-gateway.js';
 import { HealthController } from './http/health.controller.js';
 import { JobsController } from './http/jobs.controller.js';
 import { MetricsController } from './http/metrics.controller.js';
 import { OperatorController } from './http/operator.controller.js';
-import { PgQueueErrorFilter } from './http/pg-queue-error.filter.js';
 import { ImportJobs } from './jobs/imports.jobs.js';
 import { PaymentJobs } from './jobs/payments.jobs.js';
 import { ReportJobs } from './jobs/reports.jobs.js';
@@ -31,7 +30,7 @@ export class AppModule {
         ReportJobs,
         WebhookJobs,
         ImportJobs,
-        { provide: APP_FILTER, useClass: PgQueueErrorFilter },
+        { provide: APP_FILTER, useClass: PgQueueExceptionFilter },
         ...extraProviders,
       ],
     };

@@ -109,6 +109,7 @@ export const HANDLER_TWICE = (queue: string) => `queue "${queue}" already has a 
 export const HANDLER_AFTER_START = (queue: string) => `"${queue}" was registered after start()`;
 
 export const STARTED_TWICE = (state: string) => `the queue is ${state}`;
+export const WORKERS_NOT_STARTABLE = (state: string) => `the queue is ${state === 'new' ? 'not started' : state}`;
 
 export const PREPARED_STATEMENT_REFUSED = (reason: string) =>
   `The server refused one of the queue's prepared statements (${reason}): its connections are most likely shared by a pooler in transaction mode (PgBouncer pool_mode = transaction), where each statement may run on another server connection. ` +

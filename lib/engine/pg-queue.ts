@@ -38,6 +38,7 @@ import {
   QUEUE_NAME_FIX,
   QUEUE_NAME_INVALID,
   STARTED_TWICE,
+  WORKERS_NOT_STARTABLE,
 } from './messages.js';
 import { settlesWithin } from './settles-within.js';
 import { createStore, type Store } from './store/index.js';
@@ -113,6 +114,8 @@ export class PgQueue {
   private readonly handlerDefaults: HandlerOptions;
   private readonly handlers = new Map<string, { handler: JobHandlerFn<never>; options: HandlerOptions; hooks: WorkerHooks }>();
   private readonly workers = new Map<string, Worker>();
+  /** The workers' wake-up subscriptions, dropped when they stop. */
+  private readonly workerSubscriptions: (() => void)[] = [];
   private readonly knownQueues = new Set<string>();
   private readonly unsubscribe: (() => void)[] = [];
   private readonly logger: EngineLogger;
@@ -277,34 +280,72 @@ export class PgQueue {
         ...(options.prunerTimer === false ? ['pruner'] : []),
       ];
       await this.maintainer.start(hosted);
-      if (!withWorkers) return;
-      for (const [queue, { handler, options: handlerOptions, hooks }] of this.handlers) {
-        const worker = new Worker(
-          queue,
-          handler,
-          handlerOptions,
-          {
-            db: this.pool,
-            channel: this.channel,
-            store: this.store,
-            owner: this.workerId,
-            completer: this.completer,
-            metrics: this.metrics,
-            logger: this.logger,
-            failures: this.failures,
-            pollIntervalMs: this.pollIntervalMs,
-            maxFreeReleases: this.maxFreeReleases,
-            wakeCooldownMs: this.wakeCooldownMs,
-            keysDeferred: this.keysDeferred,
-          },
-          hooks,
-        );
-        worker.testSignals = this.testSignals?.worker;
-        this.workers.set(queue, worker);
-        this.unsubscribe.push(this.notifier.subscribe(queue, () => worker.wake()));
-        worker.start();
-      }
+      if (withWorkers) this.startWorkersNow();
     });
+  }
+
+  /**
+   * Starts the workers of the registered handlers, after a `start({ workers: false })` or a
+   * `stopWorkers()`: the Nest module's `autoStart: false` and `QueueService.startProcessing()`.
+   * Does nothing when they are running.
+   */
+  startWorkers(): Promise<void> {
+    return this.call(async () => {
+      if (this.state !== 'started') throw new InvalidOptionError('startWorkers', WORKERS_NOT_STARTABLE(this.state), 'Call start() first.');
+      if (this.workers.size > 0) return;
+      await this.declareQueues([...this.handlers.keys()]);
+      // stop() may have run while the queues were declared.
+      if (this.state === 'started' && this.workers.size === 0) this.startWorkersNow();
+    });
+  }
+
+  /**
+   * Stops this process's workers, as `stop()` does (no new claims; running handlers get
+   * `timeoutMs`, then are aborted and their jobs released, fenced), and leaves everything else
+   * running: enqueue, operators' calls, maintenance. `startWorkers()` starts them again once
+   * this has resolved.
+   */
+  async stopWorkers(timeoutMs = 10_000): Promise<void> {
+    const workers = [...this.workers];
+    for (const off of this.workerSubscriptions.splice(0)) off();
+    // Still in the map while they stop: a cancel that arrives meanwhile reaches its handler.
+    await Promise.all(workers.map(([, w]) => w.stop(timeoutMs)));
+    for (const [queue, worker] of workers) if (this.workers.get(queue) === worker) this.workers.delete(queue);
+    if (!(await settlesWithin(this.completer.drained(), timeoutMs))) this.logger.warn(COMPLETIONS_UNWRITTEN(timeoutMs));
+  }
+
+  /** Whether this process's workers are running (`start()` with workers, or `startWorkers()`). */
+  get processing(): boolean {
+    return this.workers.size > 0;
+  }
+
+  private startWorkersNow(): void {
+    for (const [queue, { handler, options: handlerOptions, hooks }] of this.handlers) {
+      const worker = new Worker(
+        queue,
+        handler,
+        handlerOptions,
+        {
+          db: this.pool,
+          channel: this.channel,
+          store: this.store,
+          owner: this.workerId,
+          completer: this.completer,
+          metrics: this.metrics,
+          logger: this.logger,
+          failures: this.failures,
+          pollIntervalMs: this.pollIntervalMs,
+          maxFreeReleases: this.maxFreeReleases,
+          wakeCooldownMs: this.wakeCooldownMs,
+          keysDeferred: this.keysDeferred,
+        },
+        hooks,
+      );
+      worker.testSignals = this.testSignals?.worker;
+      this.workers.set(queue, worker);
+      this.workerSubscriptions.push(this.notifier.subscribe(queue, () => worker.wake()));
+      worker.start();
+    }
   }
 
   /**
@@ -318,10 +359,7 @@ export class PgQueue {
     this.state = 'stopped';
     if (wasStarted) {
       for (const off of this.unsubscribe.splice(0)) off();
-      await Promise.all([...this.workers.values()].map((w) => w.stop(timeoutMs)));
-      if (!(await settlesWithin(this.completer.drained(), timeoutMs))) {
-        this.logger.warn(COMPLETIONS_UNWRITTEN(timeoutMs));
-      }
+      await this.stopWorkers(timeoutMs);
       await this.maintainer.stop();
     }
     this.metrics.complete();

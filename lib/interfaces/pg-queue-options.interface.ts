@@ -46,6 +46,12 @@ export interface PgQueueModuleOptions extends Omit<PgQueueOptions, 'logger' | 'h
    */
   processing?: boolean;
   /**
+   * `false`: the workers do not start with the application; call `QueueService.startProcessing()`
+   * when they should (after a warm-up, a leader election, a feature flag) and `stopProcessing()`
+   * to stop them again. Default true. Has no effect with `processing: false`.
+   */
+  autoStart?: boolean;
+  /**
    * Queues this process enqueues to without handling them (declared at start). A queue that has
    * a handler in this process is declared anyway.
    */

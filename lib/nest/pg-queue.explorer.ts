@@ -1,9 +1,10 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { DiscoveryService, MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { HANDLER_DEFAULTS, InvalidOptionError, isQueueName, PgQueue, resolveHandlerOptions, type HandlerOptions, type Job, type JobContext } from '../engine/index.js';
 import type { JobHandlerMetadata, PgQueueModuleOptions } from '../interfaces/index.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PG_QUEUE_MODULE_OPTIONS } from '../pg-queue.constants.js';
-import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, HANDLERS_FOUND, NON_STATIC_HANDLER } from '../pg-queue.messages.js';
+import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, FOR_ROOT_TWICE, FOR_ROOT_TWICE_FIX, HANDLERS_FOUND, NON_STATIC_HANDLER } from '../pg-queue.messages.js';
+import { Queue } from '../queue.handle.js';
 import { PgQueueMetadataAccessor } from './pg-queue-metadata.accessor.js';
 import { toHandlerOptions } from './pg-queue.options.js';
 
@@ -29,11 +30,13 @@ export class PgQueueExplorer implements OnModuleInit {
   private readonly logger = new Logger(PG_QUEUE_LOGGER_CONTEXT);
   private readonly found = new Map<string, DiscoveredHandler>();
   private readonly scheduled: string[] = [];
+  private readonly registered = new Set<string>();
 
   constructor(
     private readonly discovery: DiscoveryService,
     private readonly metadataScanner: MetadataScanner,
     private readonly accessor: PgQueueMetadataAccessor,
+    private readonly modules: ModulesContainer,
     @Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue,
     @Inject(PG_QUEUE_MODULE_OPTIONS) private readonly options: PgQueueModuleOptions,
   ) {}
@@ -56,8 +59,30 @@ export class PgQueueExplorer implements OnModuleInit {
     return this.scheduled;
   }
 
+  /** The queues of `registerQueue` handles in the application: declared at start. */
+  get registeredQueues(): readonly string[] {
+    return [...this.registered];
+  }
+
   onModuleInit(): void {
+    this.refuseSecondRoot();
     this.explore();
+  }
+
+  /**
+   * A second forRoot (the @nestjs/bullmq habit of importing the module in each feature module)
+   * would build a second engine, pool and set of passes: two reapers under one interval name is
+   * the crash users saw, with a message that never named this module. Refused before anything
+   * starts, naming the modules that import it.
+   */
+  private refuseSecondRoot(): void {
+    const roots = this.discovery.getProviders().filter((wrapper) => wrapper.token === PgQueueExplorer);
+    if (roots.length < 2) return;
+    const hosts = new Set(roots.map((wrapper) => wrapper.host));
+    const importers = [...this.modules.values()]
+      .filter((module) => [...module.imports].some((imported) => hosts.has(imported)))
+      .map((module) => module.metatype.name);
+    throw new InvalidOptionError('PgQueueModule.forRoot', FOR_ROOT_TWICE(roots.length, [...new Set(importers)]), FOR_ROOT_TWICE_FIX());
   }
 
   private explore(): void {
@@ -67,6 +92,10 @@ export class PgQueueExplorer implements OnModuleInit {
     for (const wrapper of wrappers) {
       const instance: unknown = wrapper.instance;
       if (instance === null || typeof instance !== 'object') continue;
+      if (instance instanceof Queue) {
+        this.registered.add(instance.name);
+        continue;
+      }
       const prototype: object | null = Object.getPrototypeOf(instance);
       if (!prototype) continue;
       for (const method of this.metadataScanner.getAllMethodNames(prototype)) {

@@ -23,6 +23,8 @@ import { HEALTH_TIMEOUT_DEFAULT_MS, SHUTDOWN_TIMEOUT_DEFAULT_MS } from '../pg-qu
 /** What the module itself does with its options, and what it hands to the engine. */
 export interface ModuleRuntimeConfig {
   readonly processing: boolean;
+  /** Start the workers at bootstrap (false: `QueueService.startProcessing()` does). */
+  readonly autoStart: boolean;
   readonly shutdownTimeoutMs: number;
   readonly queues: readonly string[];
   /** The health indicator's thresholds, defaults applied. */
@@ -48,7 +50,7 @@ const HEALTH_OPTIONS = section<PgQueueHealthOptions>(
 const METRICS_OPTIONS = section<PgQueueMetricsOptions>('the metrics scrape', { timeoutMs: timerMs(1) }, { timeoutMs: PROMETHEUS_TIMEOUT_DEFAULT_MS });
 
 /** Options only the module has; they never reach the engine. */
-const MODULE_ONLY = ['shutdownTimeoutMs', 'processing', 'queues', 'health', 'metrics'] as const;
+const MODULE_ONLY = ['shutdownTimeoutMs', 'processing', 'autoStart', 'queues', 'health', 'metrics'] as const;
 
 /**
  * The module's options: the engine's (one section, the engine's own: the same names, bounds,
@@ -62,11 +64,12 @@ const MODULE_OPTIONS = section<Omit<PgQueueModuleOptions, 'reaperIntervalMs'>>(
     ...engineFields,
     shutdownTimeoutMs: timerMs(0),
     processing: boolean(),
+    autoStart: boolean(),
     queues: opaque('array'),
     health: nested(HEALTH_OPTIONS),
     metrics: nested(METRICS_OPTIONS),
   } satisfies Section<Omit<PgQueueModuleOptions, 'reaperIntervalMs'>>['fields'],
-  { ...ENGINE_OPTIONS.defaults, shutdownTimeoutMs: SHUTDOWN_TIMEOUT_DEFAULT_MS, processing: true },
+  { ...ENGINE_OPTIONS.defaults, shutdownTimeoutMs: SHUTDOWN_TIMEOUT_DEFAULT_MS, processing: true, autoStart: true },
   { reaperIntervalMs: { use: 'reaper.intervalMs', moveTo: 'reaper.intervalMs' } },
 );
 
@@ -83,7 +86,7 @@ export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | 
       'Pass forRoot({ connectionString }) or return { connectionString } (or { pool }) from the forRootAsync factory.',
     );
   }
-  const resolved = resolveSection(MODULE_OPTIONS, options, '', warn) as PgQueueModuleOptions & Required<Pick<PgQueueModuleOptions, 'shutdownTimeoutMs' | 'processing'>>;
+  const resolved = resolveSection(MODULE_OPTIONS, options, '', warn) as PgQueueModuleOptions & Required<Pick<PgQueueModuleOptions, 'shutdownTimeoutMs' | 'processing' | 'autoStart'>>;
   const queues = resolved.queues ?? [];
   for (const [index, queue] of queues.entries()) {
     if (!isQueueName(queue)) {
@@ -99,6 +102,7 @@ export function resolveModuleConfig(options: PgQueueModuleOptions | undefined | 
   delete engine.reaperIntervalMs;
   return {
     processing: resolved.processing,
+    autoStart: resolved.autoStart,
     shutdownTimeoutMs: resolved.shutdownTimeoutMs,
     queues: [...new Set(queues)],
     health: resolved.health as ResolvedHealthOptions,

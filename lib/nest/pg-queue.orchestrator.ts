@@ -8,9 +8,22 @@ import {
 } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { SchedulerRegistry } from '@nestjs/schedule';
-import { LogThrottle, PgQueue, type HostablePass } from '../engine/index.js';
+import { InvalidOptionError, LogThrottle, PgQueue, type HostablePass } from '../engine/index.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, passIntervalName } from '../pg-queue.constants.js';
-import { PASS_FAILED, PROCESSING_DISABLED, SCHEDULE_MODULE_MISSING, START_FAILED, STARTED, STOPPED, STOPPING } from '../pg-queue.messages.js';
+import {
+  INTERVAL_TAKEN,
+  INTERVAL_TAKEN_FIX,
+  PASS_FAILED,
+  PROCESSING_DISABLED,
+  PROCESSING_OFF,
+  SCHEDULE_MODULE_MISSING,
+  START_FAILED,
+  STARTED,
+  STOPPED,
+  STOPPING,
+  WORKERS_NOT_AUTOSTARTED,
+  WORKERS_STARTED,
+} from '../pg-queue.messages.js';
 import { PgQueueExplorer } from './pg-queue.explorer.js';
 import { PG_QUEUE_RUNTIME_CONFIG } from './pg-queue.providers.js';
 import type { ModuleRuntimeConfig } from './pg-queue.options.js';
@@ -56,30 +69,44 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    const { processing, queues } = this.config;
+    const { processing, autoStart } = this.config;
     try {
       // Before the engine starts: whether the app has a registry decides who runs the timers.
       this.schedulerRegistry = await findSchedulerRegistry(this.moduleRef);
       const hosted = this.schedulerRegistry ? this.engine.hostablePasses : [];
-      await this.engine.start({ hostedPasses: hosted.map((pass) => pass.name), workers: processing });
-      await this.engine.declareQueues(queues);
+      await this.engine.start({ hostedPasses: hosted.map((pass) => pass.name), workers: processing && autoStart });
+      await this.engine.declareQueues([...new Set([...this.config.queues, ...this.explorer.registeredQueues])]);
+      const registry = this.schedulerRegistry;
+      if (registry) for (const pass of this.engine.hostablePasses) this.schedule(registry, pass);
     } catch (error) {
       this.logger.error(START_FAILED((error as Error).message));
-      // The application is not going to run: give back the pool's connections now, since Nest
-      // does not call the shutdown hooks of an application whose bootstrap failed.
+      // The application is not going to run, and Nest does not call the shutdown hooks of an
+      // application whose bootstrap failed: take back every interval this registered and stop the
+      // engine (its timers, listener and pool) now, so nothing keeps running after the failure.
+      this.unschedule();
       await this.engine.stop(0).catch(() => {});
       throw error;
     }
     if (!processing && this.explorer.handledQueues.length > 0) this.logger.warn(PROCESSING_DISABLED(this.explorer.handledQueues));
-    const registry = this.schedulerRegistry;
-    if (registry) {
-      for (const pass of this.engine.hostablePasses) this.schedule(registry, pass);
-    } else if (this.explorer.scheduledMethods.length > 0) {
+    if (processing && !autoStart) this.logger.log(WORKERS_NOT_AUTOSTARTED());
+    if (!this.schedulerRegistry && this.explorer.scheduledMethods.length > 0) {
       // Without a ScheduleModule these methods never fire, and nothing else says so (an app that
       // relied on the ScheduleModule earlier versions of this module imported for it).
       this.logger.warn(SCHEDULE_MODULE_MISSING(this.explorer.scheduledMethods));
     }
     this.logger.log(STARTED(this.engine.workerId, this.engine.schema, processing));
+  }
+
+  /** `QueueService.startProcessing()`: the workers of this process's handlers, when `autoStart` was false or they were stopped. */
+  async startProcessing(): Promise<void> {
+    if (!this.config.processing) throw new InvalidOptionError('processing', PROCESSING_OFF(), 'Set processing: true where handlers should run.');
+    await this.engine.startWorkers();
+    this.logger.log(WORKERS_STARTED(this.explorer.handledQueues));
+  }
+
+  /** `QueueService.stopProcessing()`: stops claiming; running handlers get `shutdownTimeoutMs`, as at shutdown. */
+  stopProcessing(): Promise<void> {
+    return this.engine.stopWorkers(this.config.shutdownTimeoutMs);
   }
 
   beforeApplicationShutdown(): Promise<void> {
@@ -115,17 +142,28 @@ export class PgQueueOrchestrator implements OnApplicationBootstrap, BeforeApplic
           pass.current = undefined;
         });
     };
-    registry.addInterval(pass.name, setInterval(tick, intervalMs));
+    const timer = setInterval(tick, intervalMs);
+    try {
+      registry.addInterval(pass.name, timer);
+    } catch (error) {
+      // Another interval has the name (the app's own, or a second engine's): this one must not run unregistered.
+      clearInterval(timer);
+      throw new InvalidOptionError('SchedulerRegistry', INTERVAL_TAKEN(pass.name, (error as Error).message), INTERVAL_TAKEN_FIX());
+    }
     this.passes.push(pass);
   }
 
-  private async stop(): Promise<void> {
-    const startedAt = Date.now();
-    // ScheduleModule's own shutdown may have cleared them already (it clears every interval).
+  /** Removes the intervals this registered (ScheduleModule's own shutdown may have cleared them already). */
+  private unschedule(): void {
     const registry = this.schedulerRegistry;
     for (const pass of this.passes) {
       if (registry?.doesExist('interval', pass.name)) registry.deleteInterval(pass.name);
     }
+  }
+
+  private async stop(): Promise<void> {
+    const startedAt = Date.now();
+    this.unschedule();
     await Promise.all(this.passes.map((pass) => pass.current));
     this.failures.flush();
     const inFlight = this.explorer.handledQueues.reduce((sum, queue) => sum + this.engine.inFlight(queue), 0);

@@ -12,7 +12,7 @@ const OPTION_KEYS = ['priority', 'delayMs', 'runAt', 'maxAttempts', 'maxRuntimeM
 /**
  * The shape of `POST /jobs` ({ queue, payload, options? }). Only the shape is checked here: the
  * values (queue name, known queue, payload size, option ranges) are the queue's to validate, and
- * its InvalidJobError becomes a 400 in PgQueueErrorFilter.
+ * its InvalidJobError becomes a 400 in PgQueueExceptionFilter.
  */
 export function parseEnqueueRequest(body: unknown): EnqueueRequest {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {

@@ -3,7 +3,7 @@ import { QueueService } from '../../lib/index.js';
 import { FakePaymentGateway } from '../fake-payment-gateway.js';
 import { ReportJobs } from '../jobs/reports.jobs.js';
 import { parseEnqueueRequest } from './enqueue-request.js';
-import { jobNotFound } from './pg-queue-error.filter.js';
+import { jobNotFound } from './job-not-found.js';
 
 @Controller()
 export class JobsController {

@@ -1,12 +1,12 @@
 import { Body, Controller, Get, Headers, HttpCode, Param, Post, Query } from '@nestjs/common';
 import { QueueService, type DeadJobPage, type EngineStats, type ReplayOutcome } from '../../lib/index.js';
 import { bodyObject, operatorNote, optionalNumber, queryString } from './operator-request.js';
-import { jobNotFound } from './pg-queue-error.filter.js';
+import { jobNotFound } from './job-not-found.js';
 
 /**
  * What an admin UI needs, each endpoint one `QueueService` call. The queue's refusals (a replay
  * of a job that is not dead, a cancel of a finished job, an unknown queue, a bad cursor) become
- * 400/404/409 with the queue's code and message in `PgQueueErrorFilter`, so nothing here catches.
+ * 400/404/409 with the queue's code and message in `PgQueueExceptionFilter`, so nothing here catches.
  * Protect these routes in a real application: they change jobs.
  */
 @Controller()

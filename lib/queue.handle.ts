@@ -1,0 +1,77 @@
+import { JobStateError, type EnqueueCallOptions, type EnqueueOptions, type JobRecord, type PgQueue, type QueueStats } from './engine/index.js';
+import { QUEUE_NOT_DECLARED_YET } from './pg-queue.messages.js';
+
+/** What `registerQueue` takes: the queue's name, and enqueue options every job of it gets unless a call says otherwise. */
+export interface RegisterQueueOptions {
+  name: string;
+  /** Enqueue options applied to every job of this handle (a call's own options win, field by field). */
+  defaults?: EnqueueOptions;
+}
+
+/** The injection token of the queue handle `name` (what `@InjectQueue(name)` injects). */
+export function getQueueToken(name: string): string {
+  return `PgQueue:queue:${name}`;
+}
+
+/** One job of `Queue.enqueueMany`: a payload, with options of its own or not. */
+export type QueueJobToEnqueue<T> = { payload: T; options?: EnqueueOptions };
+
+/**
+ * One queue, bound: `QueueService`'s verbs (each one call into the engine, as theirs are) with the queue's name filled in and its `defaults`
+ * applied, typed by the payload. Registered per feature module with
+ * `PgQueueModule.registerQueue({ name: 'emails' })` and injected with `@InjectQueue('emails')`:
+ *
+ * ```ts
+ * constructor(@InjectQueue('emails') private readonly emails: Queue<WelcomeEmail>) {}
+ * await this.emails.enqueue({ to: 'ada@example.com' }, { delayMs: 60_000 });
+ * ```
+ *
+ * @publicApi
+ */
+export class Queue<T = unknown> {
+  constructor(
+    /** The queue's name. */
+    readonly name: string,
+    private readonly engine: PgQueue,
+    /** Enqueue options every job of this handle gets unless a call says otherwise. */
+    readonly defaults: Readonly<EnqueueOptions> = {},
+  ) {}
+
+  /** Adds one job (see `QueueService.enqueue`): the handle's defaults, then `options`. */
+  enqueue(payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+    return this.engine.enqueue<T>(this.name, payload, { ...this.defaults, ...options });
+  }
+
+  /** Adds several jobs in one statement, all or none; ids in input order. */
+  enqueueMany(jobs: readonly QueueJobToEnqueue<T>[], options?: EnqueueCallOptions): Promise<string[]> {
+    return this.engine.enqueueMany(
+      jobs.map((job) => ({ queue: this.name, payload: job.payload, options: { ...this.defaults, ...job.options } })),
+      options,
+    );
+  }
+
+  /** The job's record, or `undefined` when there is none in this queue. */
+  async get(id: string): Promise<JobRecord<T> | undefined> {
+    const job = await this.engine.getJob<T>(id);
+    return job?.queue === this.name ? job : undefined;
+  }
+
+  /** Stops claims of this queue in every process; running jobs finish. */
+  pause(): Promise<void> {
+    return this.engine.pauseQueue(this.name);
+  }
+
+  /** Lets every process claim this queue again. */
+  resume(): Promise<void> {
+    return this.engine.resumeQueue(this.name);
+  }
+
+  /** This queue's figures of `QueueService.stats()` (counts, oldest claimable age, paused, slots). */
+  async stats(options: Parameters<PgQueue['stats']>[0] = {}): Promise<QueueStats> {
+    const { queues } = await this.engine.stats(options);
+    const found = queues.find((q) => q.queue === this.name);
+    // Registered queues are declared at bootstrap; before it (or after a drop) there is no row.
+    if (!found) throw new JobStateError('QUEUE_NOT_FOUND', QUEUE_NOT_DECLARED_YET(this.name));
+    return found;
+  }
+}
