@@ -6,6 +6,8 @@ export { InjectQueue } from './inject-queue.decorator.js';
 export { PgQueueExceptionFilter, pgQueueErrorStatus, type PgQueueErrorBody, type PgQueueHttpError } from './pg-queue-exception.filter.js';
 export type { PgQueueModuleExtras } from './pg-queue.module-definition.js';
 export { JobHandler } from './job-handler.decorator.js';
+export { Processor, type JobProcessor } from './processor.decorator.js';
+export { OnQueueEvent, type QueueEvent, type QueueEventType } from './on-queue-event.decorator.js';
 export {
   QueueService,
   type QueueEnqueueOptions,

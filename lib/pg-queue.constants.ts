@@ -7,6 +7,12 @@
 /** Metadata key that `@JobHandler()` sets on a method. */
 export const JOB_HANDLER_METADATA = 'pg-queue:job-handler';
 
+/** Metadata key of `@Processor()` (on a class). */
+export const PROCESSOR_METADATA = 'pg-queue:processor';
+
+/** Metadata key of `@OnQueueEvent()`. */
+export const QUEUE_EVENT_METADATA = 'pg-queue:queue-event';
+
 /** Injection token of the module's options (what `forRoot` / `forRootAsync` produced). */
 export const PG_QUEUE_MODULE_OPTIONS = Symbol('pg-queue:module-options');
 

@@ -9,10 +9,6 @@ export const DUPLICATE_HANDLER = (queue: string, first: string, second: string) 
 export const DUPLICATE_HANDLER_FIX = () =>
   'A queue has exactly one handler per process: remove one @JobHandler, or give one of them another queue.';
 
-export const NON_STATIC_HANDLER = (where: string, queue: string) =>
-  `@JobHandler('${queue}') on ${where} is ignored: ${where.split('.')[0]} is request-scoped (or depends on a request-scoped provider). ` +
-  'Jobs do not run inside an HTTP request, so there is no request to build it for. Move the handler to a singleton provider.';
-
 export const HANDLERS_FOUND = (count: number, queues: readonly string[]) =>
   count === 0 ? 'No @JobHandler methods found: this process only enqueues.' : `Handlers for ${count} queue(s): ${queues.join(', ')}.`;
 
@@ -71,3 +67,6 @@ export const INTERVAL_TAKEN = (name: string, reason: string) => `PgQueueModule c
 
 export const INTERVAL_TAKEN_FIX = () =>
   'Names starting with "pg-queue:" belong to PgQueueModule: rename your own interval, and import PgQueueModule.forRoot() only once.';
+
+export const EVENT_LISTENER_FAILED = (where: string, type: string, message: string) =>
+  `@OnQueueEvent('${type}') ${where} failed: ${message.slice(0, 300)}. The job's transition is not affected.`;

@@ -1,7 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import type { JobHandlerMetadata } from '../interfaces/index.js';
-import { JOB_HANDLER_METADATA } from '../pg-queue.constants.js';
+import type { QueueEventMetadata } from '../on-queue-event.decorator.js';
+import { JOB_HANDLER_METADATA, PROCESSOR_METADATA, QUEUE_EVENT_METADATA } from '../pg-queue.constants.js';
 
 /**
  * The key that `@nestjs/schedule`'s `@Cron`, `@Interval` and `@Timeout` set on a method, and its
@@ -23,6 +24,16 @@ export class PgQueueMetadataAccessor {
   /** The `@JobHandler()` metadata of a method (the function itself), if it has any. */
   getJobHandlerMetadata(target: Function): JobHandlerMetadata | undefined {
     return this.reflector.get<JobHandlerMetadata | undefined>(JOB_HANDLER_METADATA, target);
+  }
+
+  /** The `@Processor()` metadata of a class, if it has any. */
+  getProcessorMetadata(target: Function): JobHandlerMetadata | undefined {
+    return this.reflector.get<JobHandlerMetadata | undefined>(PROCESSOR_METADATA, target);
+  }
+
+  /** The `@OnQueueEvent()` metadata of a method, if it has any. */
+  getQueueEventMetadata(target: Function): QueueEventMetadata | undefined {
+    return this.reflector.get<QueueEventMetadata | undefined>(QUEUE_EVENT_METADATA, target);
   }
 
   /** Which of `@nestjs/schedule`'s decorators a method (the function itself) has, if any. */

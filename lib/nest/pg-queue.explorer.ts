@@ -1,12 +1,16 @@
-import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner, ModulesContainer } from '@nestjs/core';
-import { HANDLER_DEFAULTS, InvalidOptionError, isQueueName, PgQueue, resolveHandlerOptions, type HandlerOptions, type Job, type JobContext } from '../engine/index.js';
+import { Inject, Injectable, Logger, type OnModuleInit, type Type } from '@nestjs/common';
+import { ContextIdFactory, DiscoveryService, MetadataScanner, ModuleRef, ModulesContainer } from '@nestjs/core';
+import { HANDLER_DEFAULTS, InvalidOptionError, isQueueName, PgQueue, resolveHandlerOptions, type HandlerOptions, type Job, type JobContext, type JobEvent } from '../engine/index.js';
 import type { JobHandlerMetadata, PgQueueModuleOptions } from '../interfaces/index.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PG_QUEUE_MODULE_OPTIONS } from '../pg-queue.constants.js';
-import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, FOR_ROOT_TWICE, FOR_ROOT_TWICE_FIX, HANDLERS_FOUND, NON_STATIC_HANDLER } from '../pg-queue.messages.js';
+import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, EVENT_LISTENER_FAILED, FOR_ROOT_TWICE, FOR_ROOT_TWICE_FIX, HANDLERS_FOUND } from '../pg-queue.messages.js';
+import type { QueueEventMetadata } from '../on-queue-event.decorator.js';
 import { Queue } from '../queue.handle.js';
 import { PgQueueMetadataAccessor } from './pg-queue-metadata.accessor.js';
 import { toHandlerOptions } from './pg-queue.options.js';
+
+/** A provider or controller as discovery gives it (Nest's InstanceWrapper, named through the public API). */
+type InstanceWrapper = ReturnType<DiscoveryService['getProviders']>[number];
 
 /** A discovered handler: where it is (for messages) and what it handles. */
 export interface DiscoveredHandler {
@@ -15,6 +19,7 @@ export interface DiscoveredHandler {
   readonly name: string;
   /** The module that declares the provider. */
   readonly moduleName: string | undefined;
+  readonly decorator: '@JobHandler' | '@Processor';
 }
 
 /**
@@ -37,6 +42,7 @@ export class PgQueueExplorer implements OnModuleInit {
     private readonly metadataScanner: MetadataScanner,
     private readonly accessor: PgQueueMetadataAccessor,
     private readonly modules: ModulesContainer,
+    private readonly moduleRef: ModuleRef,
     @Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue,
     @Inject(PG_QUEUE_MODULE_OPTIONS) private readonly options: PgQueueModuleOptions,
   ) {}
@@ -98,46 +104,88 @@ export class PgQueueExplorer implements OnModuleInit {
       }
       const prototype: object | null = Object.getPrototypeOf(instance);
       if (!prototype) continue;
+      const className = instance.constructor?.name ?? 'anonymous';
+      const processor = typeof wrapper.metatype === 'function' ? this.accessor.getProcessorMetadata(wrapper.metatype) : undefined;
+      if (processor) {
+        const name = `${className}.process`;
+        if (typeof (instance as Record<string, unknown>).process !== 'function') {
+          throw new InvalidOptionError(`@Processor('${processor.queue}') ${className}`, `${className} has no process(job, ctx) method`, 'Implement JobProcessor: async process(job, ctx) { … }.');
+        }
+        this.register(processor, { queue: processor.queue, name, moduleName: wrapper.host?.name, decorator: '@Processor' }, this.bind(wrapper, 'process'), defaults);
+      }
       for (const method of this.metadataScanner.getAllMethodNames(prototype)) {
         const fn = (instance as Record<string, unknown>)[method];
         if (typeof fn !== 'function') continue;
-        const name = `${instance.constructor?.name ?? 'anonymous'}.${method}`;
+        const name = `${className}.${method}`;
         const schedule = this.accessor.getScheduleDecorator(fn);
         if (schedule) this.scheduled.push(`${name} (${schedule})`);
+        const event = this.accessor.getQueueEventMetadata(fn);
+        if (event) this.listen(event, name, this.bind(wrapper, method));
         const metadata = this.accessor.getJobHandlerMetadata(fn);
         if (!metadata) continue;
-        if (!wrapper.isDependencyTreeStatic()) {
-          this.logger.warn(NON_STATIC_HANDLER(name, metadata.queue));
-          continue;
-        }
-        const handler = (job: Job, ctx: JobContext) => (fn as (job: Job, ctx: JobContext) => unknown).call(instance, job, ctx);
-        this.register(metadata, { queue: metadata.queue, name, moduleName: wrapper.host?.name }, handler, defaults);
+        this.register(metadata, { queue: metadata.queue, name, moduleName: wrapper.host?.name, decorator: '@JobHandler' }, this.bind(wrapper, method), defaults);
       }
     }
     this.logger.log(HANDLERS_FOUND(this.found.size, this.handledQueues));
   }
 
+  /**
+   * Calls `method` of the provider. A singleton's is called on its instance. A request-scoped
+   * provider (or one that depends on one) gets a provider tree of its own per call, as Nest's
+   * microservices build one per message: a context id, `REQUEST` registered as `{ job, ctx }` (or
+   * `{ event }` for a listener), and the instance resolved in it.
+   */
+  private bind(wrapper: InstanceWrapper, method: string): (...args: unknown[]) => unknown {
+    if (wrapper.isDependencyTreeStatic()) {
+      const instance = wrapper.instance as Record<string, (...args: unknown[]) => unknown>;
+      return (...args) => instance[method]!(...args);
+    }
+    const type = wrapper.metatype as Type<Record<string, (...args: unknown[]) => unknown>>;
+    return async (...args) => {
+      const contextId = ContextIdFactory.create();
+      const [first, second] = args;
+      this.moduleRef.registerRequestByContextId(args.length === 1 ? { event: first } : { job: first, ctx: second }, contextId);
+      const instance = await this.moduleRef.resolve(type, contextId, { strict: false });
+      return instance[method]!(...args);
+    };
+  }
+
+  /** An `@OnQueueEvent` method: called after each matching event of this process; what it throws is logged. */
+  private listen(event: QueueEventMetadata, name: string, call: (event: JobEvent) => unknown): void {
+    const failed = (error: unknown) => this.logger.error(EVENT_LISTENER_FAILED(name, event.type, error instanceof Error ? error.message : String(error)));
+    this.engine.onJobEvent((happened) => {
+      if (event.type !== '*' && happened.type !== event.type) return;
+      if (event.queue !== undefined && happened.queue !== event.queue) return;
+      try {
+        const result = call(happened);
+        if (result instanceof Promise) result.catch(failed);
+      } catch (error) {
+        failed(error);
+      }
+    });
+  }
+
   private register(
     metadata: JobHandlerMetadata,
     handler: DiscoveredHandler,
-    fn: (job: Job, ctx: JobContext) => unknown,
+    fn: (...args: unknown[]) => unknown,
     defaults: HandlerOptions,
   ): void {
     if (!isQueueName(metadata.queue)) {
       throw new InvalidOptionError(
-        `${handler.name} @JobHandler queue`,
+        `${handler.name} ${handler.decorator} queue`,
         `${JSON.stringify(String(metadata.queue).slice(0, 80))} is not a valid queue name`,
         'Use 1-128 characters: letters, digits, "_", ".", ":" or "-", starting with a letter or digit.',
       );
     }
     const existing = this.found.get(metadata.queue);
     if (existing) {
-      throw new InvalidOptionError('@JobHandler', DUPLICATE_HANDLER(metadata.queue, describe(existing), describe(handler)), DUPLICATE_HANDLER_FIX());
+      throw new InvalidOptionError(handler.decorator, DUPLICATE_HANDLER(metadata.queue, describe(existing), describe(handler)), DUPLICATE_HANDLER_FIX());
     }
     // The engine labels option errors with the queue; validating first under the method's name
     // ("EmailJobs.send.leaseMs") tells the user which decorator to fix.
     resolveHandlerOptions(handler.name, toHandlerOptions(metadata.options), defaults);
-    this.engine.work(metadata.queue, fn, toHandlerOptions(metadata.options));
+    this.engine.work(metadata.queue, fn as (job: Job, ctx: JobContext) => unknown, toHandlerOptions(metadata.options));
     this.found.set(metadata.queue, handler);
   }
 }

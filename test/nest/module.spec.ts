@@ -65,12 +65,6 @@ class SecondHandler {
   async process(): Promise<void> {}
 }
 
-@Injectable({ scope: Scope.REQUEST })
-class RequestScopedJobs {
-  @JobHandler('scoped')
-  async handle(): Promise<void> {}
-}
-
 @Injectable()
 class BadLeaseJobs {
   @JobHandler('bad-lease', { leaseMs: 10 })
@@ -230,15 +224,6 @@ describe('PgQueueModule', () => {
     const init = moduleRef.init();
     await expect(init).rejects.toThrow(InvalidOptionError);
     await expect(init).rejects.toThrow(/queue "contested" has two handlers: FirstHandler\.handle \(in RootTestModule\) and SecondHandler\.process \(in RootTestModule\)/);
-  });
-
-  it('skips a handler on a request-scoped provider, with a warning that says why', async () => {
-    const { app, logger } = await boot([PgQueueModule.forRoot(fast())], [RequestScopedJobs, GreetingJobs]);
-    const warnings = logger.messages('warn', 'PgQueue');
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]).toMatch(/@JobHandler\('scoped'\) on RequestScopedJobs\.handle is ignored: RequestScopedJobs is request-scoped/);
-    expect(app.get<PgQueue>(PG_QUEUE_ENGINE).worker('scoped')).toBeUndefined();
-    expect(app.get<PgQueue>(PG_QUEUE_ENGINE).worker('greetings')).toBeDefined();
   });
 
   it('with processing: false enqueues but never claims', async () => {
