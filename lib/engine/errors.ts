@@ -30,7 +30,7 @@ export class InvalidOptionError extends PgQueueError {
 /** A job passed to enqueue cannot be stored as it is. Nothing was written. */
 export class InvalidJobError extends PgQueueError {
   constructor(
-    readonly code: 'INVALID_QUEUE_NAME' | 'UNKNOWN_QUEUE' | 'PAYLOAD_NOT_JSON' | 'PAYLOAD_TOO_LARGE' | 'INVALID_JOB_OPTION',
+    readonly code: 'INVALID_QUEUE_NAME' | 'UNKNOWN_QUEUE' | 'PAYLOAD_NOT_JSON' | 'PAYLOAD_TOO_LARGE' | 'INVALID_JOB_OPTION' | 'INVALID_PAYLOAD',
     message: string,
   ) {
     super(message);

@@ -84,6 +84,20 @@ export { LogThrottle } from './log-throttle.js';
 export { boolean, nested, opaque, resolveSection, section, timerMs, type Section, type Warn } from './config.js';
 export { ENGINE_OPTIONS } from './options.js';
 export { isQueueName } from './identifiers.js';
+export {
+  defineJob,
+  isJobDefinition,
+  payloadToEnqueue,
+  payloadForHandler,
+  checkUpcasters,
+  type JobDefinition,
+  type DefineJobOptions,
+  type StandardSchema,
+  type StandardResult,
+  type StandardIssue,
+  type SchemaOutput,
+  type Upcasters,
+} from './job-definition.js';
 export { resolveHandlerOptions } from './worker.js';
 // For the project's own tests (lib/testing/test-signals.ts): the services' test signals.
 export {

@@ -210,3 +210,12 @@ export const STATEMENT_NAME_TOO_LONG = (name: string, max: number) => `statement
 
 export const TEST_SIGNAL_TIMEOUT = (name: string, timeoutMs: number, seen: number, kept: number, dropped: number) =>
   `Test signal "${name}": no matching value within ${timeoutMs} ms (${seen} signalled, ${kept} kept unread${dropped > 0 ? `; ${dropped} older value(s) were dropped unread` : ''}).`;
+
+export const INVALID_PAYLOAD = (queue: string, version: number, why: string) =>
+  `The payload of a "${queue}" job (version ${version}) does not match its definition's schema: ${why.slice(0, 600)}. Fix the payload, or the schema in defineJob('${queue}').`;
+
+export const JOB_VERSION_TOO_NEW = (queue: string, stored: number, known: number) =>
+  `This "${queue}" job's payload is version ${stored}, newer than this handler's ${known}: a producer was deployed ahead of this worker. It is retried, for a worker that knows version ${stored}.`;
+
+export const JOB_VERSION_UNSUPPORTED = (queue: string, stored: number, known: number) =>
+  `This "${queue}" job's payload is version ${stored} and the handler knows version ${known} with no upcaster from ${stored}: add upcast: { ${stored}: (payload) => … } to the handler, deploy it, then replay the job.`;
