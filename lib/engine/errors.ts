@@ -30,10 +30,29 @@ export class InvalidOptionError extends PgQueueError {
 /** A job passed to enqueue cannot be stored as it is. Nothing was written. */
 export class InvalidJobError extends PgQueueError {
   constructor(
-    readonly code: 'INVALID_QUEUE_NAME' | 'UNKNOWN_QUEUE' | 'PAYLOAD_NOT_JSON' | 'PAYLOAD_TOO_LARGE' | 'INVALID_JOB_OPTION',
+    readonly code: 'INVALID_QUEUE_NAME' | 'UNKNOWN_QUEUE' | 'INVALID_PAYLOAD' | 'PAYLOAD_TOO_LARGE' | 'INVALID_JOB_OPTION',
     message: string,
   ) {
     super(message);
+  }
+}
+
+/**
+ * A payload (or an effect's result) is not plain JSON: a Date, a Map, a class instance, a BigInt,
+ * NaN, a string PostgreSQL cannot store (U+0000), a cycle… JSON would change it silently or the
+ * database would refuse it. Nothing was written (of an enqueueMany batch: no job).
+ */
+export class InvalidPayloadError extends InvalidJobError {
+  declare readonly code: 'INVALID_PAYLOAD';
+
+  constructor(
+    /** Where in the value: `payload.user.createdAt`, `payload.items[2]`. */
+    readonly path: string,
+    /** What is there, in a few words: "a Date", "a BigInt". */
+    readonly problem: string,
+    message: string,
+  ) {
+    super('INVALID_PAYLOAD', message);
   }
 }
 

@@ -61,6 +61,7 @@ export {
   PgQueueError,
   InvalidOptionError,
   InvalidJobError,
+  InvalidPayloadError,
   MigrationError,
   LeaseLostError,
   JobAbortedError,

@@ -26,8 +26,9 @@ export const QUEUE_NOT_DECLARED = (queue: string, verb: 'pause' | 'resume') =>
 // ---------------------------------------------------------------------------------------------
 // Enqueue (producer.ts, json.ts)
 
-export const PAYLOAD_NOT_JSON = (where: string, problem: string, path: string) =>
-  `${where}: the payload is not JSON: ${problem} at ${path}. Convert it to JSON-safe values (strings, numbers, booleans, null, arrays, plain objects). Nothing was enqueued.`;
+/** `enqueue`: the value is a job's payload (else an effect's result, whose message goes into another). */
+export const PAYLOAD_NOT_JSON = (where: string, path: string, what: string, fix: string, enqueue: boolean) =>
+  `${where ? `${where}: ` : ''}${path} is ${what}: ${fix}. ${enqueue ? 'Payloads' : 'Results'} are JSON: strings, numbers, booleans, null, arrays and plain objects, stored and read back as they are.${enqueue ? ' Nothing was enqueued.' : ''}`;
 
 export const PAYLOAD_TOO_LARGE = (where: string, bytes: number, maxBytes: number) =>
   `${where}: the payload is ${bytes} bytes of JSON, over the limit of ${maxBytes}. Store large data elsewhere (a table, an object store) and enqueue a reference to it.`;
