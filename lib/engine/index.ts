@@ -69,6 +69,8 @@ export {
   RetryableJobError,
   JobStateError,
   DatabaseUnavailableError,
+  DatabaseConnectionError,
+  EngineStoppedError,
   DatabaseTimeoutError,
   InternalError,
   HandlerUsageError,
