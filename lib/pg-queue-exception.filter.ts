@@ -1,9 +1,9 @@
 import { Catch, HttpStatus, Optional, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { DatabaseTimeoutError, DatabaseUnavailableError, InvalidJobError, InvalidOptionError, JobStateError } from './engine/index.js';
+import { DatabaseConnectionError, DatabaseTimeoutError, DatabaseUnavailableError, EngineStoppedError, InvalidJobError, InvalidOptionError, JobStateError } from './engine/index.js';
 
 /** The errors the filter answers. */
-export type PgQueueHttpError = InvalidJobError | InvalidOptionError | JobStateError | DatabaseUnavailableError | DatabaseTimeoutError;
+export type PgQueueHttpError = InvalidJobError | InvalidOptionError | JobStateError | DatabaseUnavailableError | DatabaseTimeoutError | DatabaseConnectionError | EngineStoppedError;
 
 /** The body of an answer: the error's code and its message (what is wrong and what to do), never a stack. */
 export interface PgQueueErrorBody {
@@ -35,7 +35,9 @@ const REASON: Partial<Record<HttpStatus, string>> = {
 /** The HTTP status of one of the queue's errors. */
 export function pgQueueErrorStatus(error: PgQueueHttpError): HttpStatus {
   if (error instanceof JobStateError) return STATE_ERROR_STATUS[error.code];
-  if (error instanceof DatabaseUnavailableError || error instanceof DatabaseTimeoutError) return HttpStatus.SERVICE_UNAVAILABLE;
+  if (error instanceof DatabaseUnavailableError || error instanceof DatabaseTimeoutError || error instanceof DatabaseConnectionError || error instanceof EngineStoppedError) {
+    return HttpStatus.SERVICE_UNAVAILABLE;
+  }
   return HttpStatus.BAD_REQUEST;
 }
 
@@ -50,7 +52,9 @@ interface StatusReply {
  * - `InvalidJobError`, `InvalidOptionError` (a bad job, payload, id, cursor or limit) → 400;
  * - `JobStateError` `JOB_NOT_FOUND`, `QUEUE_NOT_FOUND` → 404;
  * - any other `JobStateError` (`JOB_NOT_DEAD`, `JOB_NOT_CANCELLABLE`, `JOB_NOT_FINISHED`) → 409;
- * - `DatabaseUnavailableError`, `DatabaseTimeoutError` → 503: the request was fine, try again later.
+ * - `DatabaseUnavailableError`, `DatabaseTimeoutError`, `DatabaseConnectionError` (the database
+ *   refuses this app's credentials, database or TLS settings), `EngineStoppedError` (a request
+ *   during shutdown) → 503: the request was fine, the service cannot serve it now.
  *
  * Without it each is a bare 500. Bind it for the app (`{ provide: APP_FILTER, useClass:
  * PgQueueExceptionFilter }` in a module's providers, or `app.useGlobalFilters(new
@@ -60,7 +64,7 @@ interface StatusReply {
  *
  * @publicApi
  */
-@Catch(InvalidJobError, InvalidOptionError, JobStateError, DatabaseUnavailableError, DatabaseTimeoutError)
+@Catch(InvalidJobError, InvalidOptionError, JobStateError, DatabaseUnavailableError, DatabaseTimeoutError, DatabaseConnectionError, EngineStoppedError)
 export class PgQueueExceptionFilter implements ExceptionFilter<PgQueueHttpError> {
   constructor(@Optional() private readonly adapterHost?: HttpAdapterHost) {}
 

@@ -81,7 +81,7 @@ async function confirm(attempt: Attempt, deps: AttemptDeps, name: string, result
 function storable(result: unknown): { ok: true; json: string } | { ok: false; json: null; problem: string } {
   let json: string;
   try {
-    json = result === undefined ? 'null' : serializePayload(result, 'the result');
+    json = result === undefined ? 'null' : serializePayload(result, '', 'result');
   } catch (error) {
     return { ok: false, json: null, problem: (error as Error).message };
   }

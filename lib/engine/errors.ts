@@ -1,4 +1,4 @@
-import { INTERNAL_ERROR } from './messages.js';
+import { DATABASE_GAVE_UP, DATABASE_UNREACHABLE_HINT, INTERNAL_ERROR } from './messages.js';
 
 /**
  * Every error the queue raises has a stable `code` and a message that says what is wrong and
@@ -30,10 +30,29 @@ export class InvalidOptionError extends PgQueueError {
 /** A job passed to enqueue cannot be stored as it is. Nothing was written. */
 export class InvalidJobError extends PgQueueError {
   constructor(
-    readonly code: 'INVALID_QUEUE_NAME' | 'UNKNOWN_QUEUE' | 'PAYLOAD_NOT_JSON' | 'PAYLOAD_TOO_LARGE' | 'INVALID_JOB_OPTION' | 'INVALID_PAYLOAD',
+    readonly code: 'INVALID_QUEUE_NAME' | 'UNKNOWN_QUEUE' | 'INVALID_PAYLOAD' | 'PAYLOAD_TOO_LARGE' | 'INVALID_JOB_OPTION',
     message: string,
   ) {
     super(message);
+  }
+}
+
+/**
+ * A payload (or an effect's result) is not plain JSON: a Date, a Map, a class instance, a BigInt,
+ * NaN, a string PostgreSQL cannot store (U+0000), a cycle… JSON would change it silently or the
+ * database would refuse it. Nothing was written (of an enqueueMany batch: no job).
+ */
+export class InvalidPayloadError extends InvalidJobError {
+  declare readonly code: 'INVALID_PAYLOAD';
+
+  constructor(
+    /** Where in the value: `payload.user.createdAt`, `payload.items[2]`. */
+    readonly path: string,
+    /** What is there, in a few words: "a Date", "a BigInt". */
+    readonly problem: string,
+    message: string,
+  ) {
+    super('INVALID_PAYLOAD', message);
   }
 }
 
@@ -192,29 +211,73 @@ export class InternalError extends PgQueueError {
 }
 
 /**
+ * A call reached an engine that has stopped (stop() was called, or start() failed): its pool is
+ * closed. A timer or a request handler outlived the engine; stop it, or create a new PgQueue.
+ */
+export class EngineStoppedError extends PgQueueError {
+  readonly code = 'ENGINE_STOPPED';
+}
+
+/** Where a connection failure is reported against (see toCallError in pg-errors.ts). */
+export interface ConnectionFailureContext {
+  /** The option the connection settings came from: "connectionString", or "pool" for a pool passed in. */
+  readonly option?: string;
+  /** At start, after start-up retries: how many attempts, over how long (see startupRetryMs). */
+  readonly startup?: { readonly attempts: number; readonly forMs: number };
+}
+
+/**
  * The database cannot be reached: no connection could be opened, or the one in use broke during
- * the call (the server is down or restarting, the network is cut, `max_connections` is reached).
- * Nothing is wrong with the call itself: try it again once the database is back. `cause` is the
- * driver's error. The message names the target (`host:port/database`), never credentials.
+ * the call (the server is down or restarting, the network is cut, the host name does not resolve,
+ * `max_connections` is reached). Nothing is wrong with the call itself: try it again once the
+ * database is back. `cause` is the driver's error. The message names the target
+ * (`host:port/database`) and the option it came from, never credentials, and what to check.
  */
 export class DatabaseUnavailableError extends PgQueueError {
   readonly code = 'DATABASE_UNAVAILABLE';
   /** The driver's error in a few words ("connect ECONNREFUSED 10.0.0.5:5432"). */
   readonly reason: string;
+  /** The option the settings came from ("connectionString", "pool"), when known. */
+  readonly option: string | undefined;
 
   constructor(
     /** `host:port/database`, as the connection settings resolve it. */
     readonly target: string,
     cause: unknown,
+    context: ConnectionFailureContext = {},
   ) {
     const reason = reasonOf(cause);
+    const { code } = (cause ?? {}) as { code?: unknown };
     super(
-      `The database at ${target} cannot be reached (${reason}). ` +
-        'Check that PostgreSQL is running and accepts connections from this host at that address (network, firewall, max_connections), then try again. ' +
-        'A write whose connection broke during the call may have been applied: read it back before repeating it.',
+      `The database at ${target} cannot be reached (${reason})${context.startup ? ` ${DATABASE_GAVE_UP(context.startup.attempts, context.startup.forMs)}` : ''}. ` +
+        `${DATABASE_UNREACHABLE_HINT(typeof code === 'string' ? code : undefined, reason, context.option)} ` +
+        (context.startup ? '' : 'A write whose connection broke during the call may have been applied: read it back before repeating it.'),
       { cause },
     );
     this.reason = reason;
+    this.option = context.option;
+  }
+}
+
+/**
+ * The database answered, and refused the connection: the password or user is wrong or missing,
+ * the database does not exist, or TLS is required by one side and refused by the other (or the
+ * server's certificate is not trusted). Trying again changes nothing (start-up does not retry it):
+ * fix the setting the message names. `cause` is the driver's error; the message never holds the
+ * password.
+ */
+export class DatabaseConnectionError extends PgQueueError {
+  constructor(
+    readonly code: 'DATABASE_AUTH_FAILED' | 'DATABASE_NOT_FOUND' | 'DATABASE_TLS_FAILED',
+    /** `host:port/database`, as the connection settings resolve it. */
+    readonly target: string,
+    /** The option the settings came from ("connectionString", "pool"), when known. */
+    readonly option: string | undefined,
+    problem: string,
+    fix: string,
+    cause: unknown,
+  ) {
+    super(`The database at ${target} refused the connection: ${problem}. ${fix}`, { cause });
   }
 }
 
@@ -253,6 +316,6 @@ function reasonOf(cause: unknown): string {
   return text.length > 200 ? `${text.slice(0, 200)}…` : text;
 }
 
-function formatMs(ms: number): string {
-  return ms >= 1_000 ? `${Number((ms / 1_000).toFixed(1))} s` : `${ms} ms`;
+export function formatMs(ms: number): string {
+  return ms >= 1_000 ? `${Number((ms / 1_000).toFixed(1))} s` : `${Math.round(ms)} ms`;
 }

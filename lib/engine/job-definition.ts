@@ -1,4 +1,4 @@
-import { InvalidJobError, InvalidOptionError, PermanentJobError, RetryableJobError } from './errors.js';
+import { InvalidOptionError, InvalidPayloadError, PermanentJobError, RetryableJobError } from './errors.js';
 import { isQueueName } from './identifiers.js';
 import { INVALID_PAYLOAD, JOB_VERSION_TOO_NEW, JOB_VERSION_UNSUPPORTED, QUEUE_NAME_FIX, QUEUE_NAME_INVALID } from './messages.js';
 
@@ -78,35 +78,37 @@ export function isJobDefinition(value: unknown): value is JobDefinition {
   return typeof value === 'object' && value !== null && typeof (value as JobDefinition).queue === 'string' && typeof (value as JobDefinition).version === 'number';
 }
 
+/** Where an issue is: `payload.user.email`. */
+function pathOf(issue: StandardIssue | undefined): string {
+  return ['payload', ...(issue?.path ?? []).map((part) => String(typeof part === 'object' ? part.key : part))].join('.');
+}
+
 /** The issues of a failed validation in a line: `payload.to: Invalid email; payload.n: Required`. */
 function describeIssues(issues: readonly StandardIssue[]): string {
   return issues
     .slice(0, 5)
-    .map((issue) => {
-      const path = (issue.path ?? []).map((part) => String(typeof part === 'object' ? part.key : part));
-      return `${['payload', ...path].join('.')}: ${issue.message}`;
-    })
+    .map((issue) => `${pathOf(issue)}: ${issue.message}`)
     .join('; ')
     .concat(issues.length > 5 ? `; and ${issues.length - 5} more` : '');
 }
 
 /** Runs the definition's validator: its output, or the issues. A validator that throws is a refusal too. */
-async function validate<T>(definition: JobDefinition<T>, payload: unknown): Promise<{ ok: true; value: T } | { ok: false; why: string }> {
+async function validate<T>(definition: JobDefinition<T>, payload: unknown): Promise<{ ok: true; value: T } | { ok: false; why: string; path: string }> {
   if (!definition.schema) return { ok: true, value: payload as T };
   let result: StandardResult<T>;
   try {
     result = await definition.schema['~standard'].validate(payload);
   } catch (error) {
-    return { ok: false, why: `the validator threw: ${error instanceof Error ? error.message : String(error)}` };
+    return { ok: false, why: `the validator threw: ${error instanceof Error ? error.message : String(error)}`, path: 'payload' };
   }
-  if (result.issues) return { ok: false, why: describeIssues(result.issues) };
+  if (result.issues) return { ok: false, why: describeIssues(result.issues), path: pathOf(result.issues[0]) };
   return { ok: true, value: result.value };
 }
 
-/** At enqueue: the payload to store (the validator's output), or `InvalidJobError` `INVALID_PAYLOAD`. */
+/** At enqueue: the payload to store (the validator's output), or `InvalidPayloadError` (`INVALID_PAYLOAD`). */
 export async function payloadToEnqueue<T>(definition: JobDefinition<T>, payload: unknown): Promise<T> {
   const result = await validate(definition, payload);
-  if (!result.ok) throw new InvalidJobError('INVALID_PAYLOAD', INVALID_PAYLOAD(definition.queue, definition.version, result.why));
+  if (!result.ok) throw new InvalidPayloadError(result.path, 'does not match the schema', INVALID_PAYLOAD(definition.queue, definition.version, result.why));
   return result.value;
 }
 

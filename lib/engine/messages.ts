@@ -26,8 +26,9 @@ export const QUEUE_NOT_DECLARED = (queue: string, verb: 'pause' | 'resume') =>
 // ---------------------------------------------------------------------------------------------
 // Enqueue (producer.ts, json.ts)
 
-export const PAYLOAD_NOT_JSON = (where: string, problem: string, path: string) =>
-  `${where}: the payload is not JSON: ${problem} at ${path}. Convert it to JSON-safe values (strings, numbers, booleans, null, arrays, plain objects). Nothing was enqueued.`;
+/** `enqueue`: the value is a job's payload (else an effect's result, whose message goes into another). */
+export const PAYLOAD_NOT_JSON = (where: string, path: string, what: string, fix: string, enqueue: boolean) =>
+  `${where ? `${where}: ` : ''}${path} is ${what}: ${fix}. ${enqueue ? 'Payloads' : 'Results'} are JSON: strings, numbers, booleans, null, arrays and plain objects, stored and read back as they are.${enqueue ? ' Nothing was enqueued.' : ''}`;
 
 export const PAYLOAD_TOO_LARGE = (where: string, bytes: number, maxBytes: number) =>
   `${where}: the payload is ${bytes} bytes of JSON, over the limit of ${maxBytes}. Store large data elsewhere (a table, an object store) and enqueue a reference to it.`;
@@ -219,3 +220,77 @@ export const JOB_VERSION_TOO_NEW = (queue: string, stored: number, known: number
 
 export const JOB_VERSION_UNSUPPORTED = (queue: string, stored: number, known: number) =>
   `This "${queue}" job's payload is version ${stored} and the handler knows version ${known} with no upcaster from ${stored}: add upcast: { ${stored}: (payload) => … } to the handler, deploy it, then replay the job.`;
+// ---------------------------------------------------------------------------------------------
+// Connecting, and start-up (pg-errors.ts, errors.ts, pg-queue.ts)
+
+const inSeconds = (ms: number) => (ms >= 1_000 ? `${Number((ms / 1_000).toFixed(1))} s` : `${Math.round(ms)} ms`);
+
+/** The option in a sentence: `"connectionString"`, or the pool's own settings. */
+const settingsOf = (option: string | undefined) =>
+  option === 'pool' ? 'the settings of the pool passed as "pool"' : option ? `"${option}"` : 'the connection settings';
+
+/** What to check when the database cannot be reached, by the driver's error code. */
+export const DATABASE_UNREACHABLE_HINT = (code: string | undefined, reason: string, option: string | undefined) => {
+  const settings = settingsOf(option);
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
+    return `The host name does not resolve: check the host in ${settings} (a typo? a container or service name that does not exist on this network?).`;
+  }
+  if (code === 'ECONNREFUSED') return `Nothing accepts connections there: check that PostgreSQL is running, and the host and port in ${settings}.`;
+  if (code === '53300') return 'The server has no connection slot left (max_connections): lower poolSize here or in other clients, or raise max_connections.';
+  if (code === '57P03' || /starting up|in recovery mode/.test(reason)) return 'The server is starting up or recovering: it should accept connections shortly.';
+  if (code === 'ETIMEDOUT' || /timeout/i.test(reason)) {
+    return `No answer in time: a firewall or security group may drop the packets, or the host or port in ${settings} is not the server's.`;
+  }
+  return `Check that PostgreSQL is running and accepts connections from this host at that address (${settings}: network, firewall, max_connections), then try again.`;
+};
+
+export const DATABASE_GAVE_UP = (attempts: number, forMs: number) =>
+  `after ${attempts} attempt${attempts === 1 ? '' : 's'} over ${inSeconds(forMs)} (startupRetryMs)`;
+
+export const STARTUP_RETRYING = (target: string, reason: string, attempt: number, delayMs: number, leftMs: number) =>
+  `The database at ${target} cannot be reached yet (${reason}): start-up attempt ${attempt} failed, trying again in ${inSeconds(delayMs)} ` +
+  `(for ${inSeconds(leftMs)} more, startupRetryMs).`;
+
+export const STARTUP_REACHED = (target: string, attempts: number, forMs: number) =>
+  `The database at ${target} answered at start-up attempt ${attempts}, after ${inSeconds(forMs)}.`;
+
+/** A connection the database refused, by its kind: what happened, and what to change. */
+export const AUTH_PASSWORD_MISSING = (option: string | undefined) => [
+  'the server asks for a password, and none was given (or it is not a string)',
+  `Set the password in ${settingsOf(option)} (postgres://user:password@host:port/database, URL-encoded) or in PGPASSWORD; a value read from the environment may be undefined.`,
+] as const;
+
+export const AUTH_FAILED = (serverMessage: string, option: string | undefined) => [
+  `${serverMessage} (SQLSTATE 28P01)`,
+  `Check the user and password in ${settingsOf(option)} (special characters in a URL must be URL-encoded), and that the role may log in.`,
+] as const;
+
+export const AUTH_REJECTED = (serverMessage: string, option: string | undefined) => [
+  `${serverMessage} (SQLSTATE 28000)`,
+  `Check the user in ${settingsOf(option)}, and that the server's pg_hba.conf admits this user, database and host.`,
+] as const;
+
+export const DATABASE_MISSING = (serverMessage: string, option: string | undefined) => [
+  `${serverMessage} (SQLSTATE 3D000)`,
+  `Check the database name in ${settingsOf(option)}, or create it (CREATE DATABASE …): the queue creates its schema and tables, not the database.`,
+] as const;
+
+export const TLS_NOT_SUPPORTED = (option: string | undefined) => [
+  'the connection asks for TLS, and the server does not support it',
+  `Remove sslmode or ssl from ${settingsOf(option)} for this server, or enable ssl on the server.`,
+] as const;
+
+export const TLS_REQUIRED = (serverMessage: string, option: string | undefined) => [
+  `${serverMessage} (SQLSTATE 28000): the server admits this connection only over TLS, or not from this host at all`,
+  `Ask for TLS in ${settingsOf(option)} (sslmode=verify-full with the server's CA, or the pool's ssl option); if it still fails, pg_hba.conf has no line for this host.`,
+] as const;
+
+export const TLS_CERTIFICATE_REFUSED = (reason: string, option: string | undefined) => [
+  `the server's TLS certificate was not accepted (${reason})`,
+  `Give the CA that signed it (sslrootcert in ${settingsOf(option)}, or ssl: { ca } on the pool), and connect by the host name the certificate names. Turning verification off exposes the password to whoever sits in between.`,
+] as const;
+
+export const STOPPED_DURING_START = () => 'stop() was called while start() was in progress; nothing was started';
+
+export const ENGINE_STOPPED = () =>
+  'The queue engine has stopped (stop() was called, or start() failed) and its pool is closed. Whatever made this call outlived it (a timer, a request during shutdown): stop it, or create and start a new PgQueue.';

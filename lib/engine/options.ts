@@ -74,6 +74,15 @@ export interface PgQueueOptions {
    * works again (default 30 s). 0 logs every failure.
    */
   failureLogIntervalMs?: number;
+  /**
+   * How long `start()` keeps trying a database that cannot be reached (refused, not resolving, not
+   * answering, starting up) before it fails, backing off from 250 ms to 5 s between attempts and
+   * logging each failed attempt once (default 30 s; 0: fail at the first attempt). A database that
+   * answers and refuses (a wrong password, no such database, TLS) fails at once: waiting changes
+   * nothing. What a deploy expects when the application and its database start together
+   * (Kubernetes, docker compose).
+   */
+  startupRetryMs?: number;
   logger?: EngineLogger;
 }
 
@@ -88,10 +97,11 @@ export const POLL_INTERVAL_DEFAULT_MS = 2_000;
 export const WAKE_COOLDOWN_DEFAULT_MS = 5;
 export const POOL_SIZE_DEFAULT = 10;
 export const MAX_FREE_RELEASES_DEFAULT = 3;
+export const STARTUP_RETRY_DEFAULT_MS = 30_000;
 
 /** What the engine's constructor works with: every option with a default has its value. */
 export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'handlerDefaults'> &
-  Required<Pick<PgQueueOptions, 'poolSize' | 'preparedStatements' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs'>> & {
+  Required<Pick<PgQueueOptions, 'poolSize' | 'preparedStatements' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs' | 'startupRetryMs'>> & {
     reaper: ReaperConfig;
     scheduler: SchedulerConfig;
     pruner: PrunerConfig | false;
@@ -128,6 +138,7 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     // The client-side timeout adds CLIENT_TIMEOUT_SLACK_MS, and a timer waits at most TIMER_MAX_MS.
     statementTimeoutMs: integer(100, TIMER_MAX_MS - CLIENT_TIMEOUT_SLACK_MS),
     failureLogIntervalMs: timerMs(0),
+    startupRetryMs: timerMs(0),
     logger: opaque('object'),
   },
   {
@@ -141,5 +152,6 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     maxFreeReleases: MAX_FREE_RELEASES_DEFAULT,
     statementTimeoutMs: STATEMENT_TIMEOUT_DEFAULT_MS,
     failureLogIntervalMs: FAILURE_LOG_INTERVAL_MS,
+    startupRetryMs: STARTUP_RETRY_DEFAULT_MS,
   },
 );

@@ -8,7 +8,7 @@ import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from 
 
 export type { PgQueueOptions } from './options.js';
 import { describeTarget, targetOf, type Queryable } from './db.js';
-import { InvalidOptionError } from './errors.js';
+import { DatabaseUnavailableError, EngineStoppedError, InvalidOptionError } from './errors.js';
 import { isJobId, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
 import { OperatorCalls } from './operator.js';
 import { LogThrottle } from './log-throttle.js';
@@ -27,6 +27,7 @@ import type { HostablePass } from './maintenance/service.js';
 import { ENGINE_INTERNALS, type EngineInternals } from './internals.js';
 import {
   COMPLETIONS_UNWRITTEN,
+  ENGINE_STOPPED,
   HANDLER_AFTER_START,
   HANDLER_TWICE,
   JOB_EVENT_LISTENER_FAILED,
@@ -39,6 +40,9 @@ import {
   QUEUE_NAME_INVALID,
   STARTED_TWICE,
   WORKERS_NOT_STARTABLE,
+  STARTUP_REACHED,
+  STARTUP_RETRYING,
+  STOPPED_DURING_START,
 } from './messages.js';
 import { settlesWithin } from './settles-within.js';
 import { createStore, type Store } from './store/index.js';
@@ -74,6 +78,9 @@ const SCHEDULER_TOPIC = '*scheduled';
 /** NOTIFY topic of a cancelled running job (payload `*cancel:<id>`, sent by the cancel statement). */
 const CANCEL_TOPIC = '*cancel';
 const NEAR_EXPIRY_MS_DEFAULT = 5_000;
+/** Start-up retries (startupRetryMs) wait this long after the first failed attempt, doubling up to the maximum. */
+const STARTUP_RETRY_FIRST_DELAY_MS = 250;
+const STARTUP_RETRY_MAX_DELAY_MS = 5_000;
 /** The window of `stats()`'s recently finished counts: its cost is throughput × window. */
 const RECENT_WINDOW_MS_DEFAULT = 60_000;
 /** At most a day: the window is read on every call, so it must stay a window, not the history. */
@@ -128,7 +135,10 @@ export class PgQueue {
   private readonly keysDeferred: () => void;
   /** What a failed public call is reported against (see call()). */
   private readonly callContext: CallContext;
+  private readonly startupRetryMs: number;
   private state: 'new' | 'started' | 'stopped' = 'new';
+  /** The start in progress, and what stop() aborts it with (its retries' waits). */
+  private starting: { done: Promise<void>; abort: AbortController } | undefined;
   /** The `stats()` read that scrapes share while it runs (see prometheus()). */
   private scrapeRead: Promise<EngineStats> | undefined;
   /** Whether the last scrape's read answered: an outage is logged once, not on every scrape. */
@@ -179,7 +189,12 @@ export class PgQueue {
     // Every idle connection fails at once when the database goes away: one kind, bounded.
     if (this.ownsPool) this.pool.on('error', (error) => this.failures.failed(IDLE_POOL_CONNECTION, error.message, 'warn'));
 
-    this.callContext = { target: describeTarget((this.pool as unknown as { options: pg.ClientConfig }).options), statementTimeoutMs };
+    this.callContext = {
+      target: describeTarget((this.pool as unknown as { options: pg.ClientConfig }).options),
+      statementTimeoutMs,
+      option: this.ownsPool ? 'connectionString' : 'pool',
+    };
+    this.startupRetryMs = options.startupRetryMs;
     let toldNameRefused = false;
     const { preparedStatements } = options;
     this.store = createStore(this.schema, {
@@ -251,14 +266,38 @@ export class PgQueue {
     this.handlers.set(queue, { handler: handler as JobHandlerFn<never>, options: resolveHandlerOptions(queue, options, this.handlerDefaults), hooks });
   }
 
-  /** Migrates (per mode), declares the handlers' queues, and starts the services. */
+  /**
+   * Migrates (per mode), declares the handlers' queues, and starts the services. A database that
+   * cannot be reached is tried again for `startupRetryMs`. A start that fails leaves nothing
+   * running (no service, no timer, no listener; an owned pool is closed): `stop()` after it only
+   * returns, and the engine cannot be started again.
+   */
   start(options: StartOptions = {}): Promise<void> {
-    return this.call(async () => {
-      if (this.state !== 'new') throw new InvalidOptionError('start', STARTED_TWICE(this.state), 'Create a new PgQueue to start again.');
-      this.state = 'started';
-      await this.migrate();
+    if (this.state !== 'new') return Promise.reject(new InvalidOptionError('start', STARTED_TWICE(this.state), 'Create a new PgQueue to start again.'));
+    this.state = 'started';
+    const abort = new AbortController();
+    const done = this.startNow(options, abort.signal).catch(async (error: unknown) => {
+      // Nothing the start began may outlive it: the caller may never call stop() (an application
+      // whose bootstrap failed), and a stop() that comes waits for this.
+      await this.shutdown(0).catch(() => {});
+      throw error;
+    });
+    this.starting = { done, abort };
+    return done.finally(() => {
+      this.starting = undefined;
+    });
+  }
+
+  private async startNow(options: StartOptions, signal: AbortSignal): Promise<void> {
+    const stopped = () => {
+      if (signal.aborted) throw new InvalidOptionError('start', STOPPED_DURING_START(), 'Create a new PgQueue to start again.');
+    };
+    await this.untilReachable(() => migrate(this.pool, { schema: this.schema, mode: this.migrationMode, logger: this.logger }), signal);
+    stopped();
+    await this.call(async () => {
       const withWorkers = options.workers ?? true;
       if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
+      stopped();
       // A connection the pool opens means the database is back: the listener need not wait out its backoff.
       const databaseReachable = () => {
         this.failures.recovered(IDLE_POOL_CONNECTION);
@@ -349,11 +388,52 @@ export class PgQueue {
   }
 
   /**
+   * Runs `attempt` (the start's first contact with the database) until it succeeds, fails for a
+   * reason other than an unreachable database, or `startupRetryMs` has passed, backing off from
+   * STARTUP_RETRY_FIRST_DELAY_MS to STARTUP_RETRY_MAX_DELAY_MS. Each failed attempt is logged once
+   * (not through the LogThrottle: each is news, and there are few). Its failure is the call's
+   * error (DatabaseUnavailableError naming the attempts, or DatabaseConnectionError at once).
+   */
+  private async untilReachable<T>(attempt: () => Promise<T>, signal: AbortSignal): Promise<T> {
+    const startedAt = Date.now();
+    let delayMs = STARTUP_RETRY_FIRST_DELAY_MS;
+    for (let attempts = 1; ; attempts++) {
+      try {
+        const result = await attempt();
+        if (attempts > 1) this.logger.log(STARTUP_REACHED(this.callContext.target, attempts, Date.now() - startedAt));
+        return result;
+      } catch (raw) {
+        const error = toCallError(raw, this.callContext);
+        const leftMs = this.startupRetryMs - (Date.now() - startedAt);
+        if (!(error instanceof DatabaseUnavailableError) || leftMs <= 0 || signal.aborted) {
+          throw attempts > 1 && error instanceof DatabaseUnavailableError
+            ? toCallError(raw, { ...this.callContext, startup: { attempts, forMs: Date.now() - startedAt } })
+            : error;
+        }
+        const waitMs = Math.min(delayMs, leftMs);
+        this.logger.warn(STARTUP_RETRYING(this.callContext.target, error.reason, attempts, waitMs, leftMs));
+        await sleep(waitMs, signal);
+        if (signal.aborted) throw toCallError(raw, { ...this.callContext, startup: { attempts, forMs: Date.now() - startedAt } });
+        delayMs = Math.min(delayMs * 2, STARTUP_RETRY_MAX_DELAY_MS);
+      }
+    }
+  }
+
+  /**
    * Graceful stop: no new claims; running handlers get `timeoutMs` to finish, then their signals
    * abort and unfinished jobs are released (fenced) back to pending; then the services stop and
    * an owned pool closes.
    */
   async stop(timeoutMs = 10_000): Promise<void> {
+    // A start in progress gives up (its retries' waits end at once), and cleans up after itself.
+    if (this.starting) {
+      this.starting.abort.abort();
+      await this.starting.done.catch(() => {});
+    }
+    await this.shutdown(timeoutMs);
+  }
+
+  private async shutdown(timeoutMs: number): Promise<void> {
     if (this.state === 'stopped') return;
     const wasStarted = this.state === 'started';
     this.state = 'stopped';
@@ -583,6 +663,8 @@ export class PgQueue {
    * never as the driver's raw error. `db`: the caller's own connection, when the call used it.
    */
   private async call<T>(body: () => Promise<T>, db?: Queryable): Promise<T> {
+    // The pool it would use is closed: say so, instead of pg's "Cannot use a pool after calling end".
+    if (this.state === 'stopped' && this.ownsPool && db === undefined) throw new EngineStoppedError(ENGINE_STOPPED());
     try {
       return await body();
     } catch (error) {
@@ -643,6 +725,19 @@ export class PgQueue {
     for (const name of await this.store.listQueues(db)) this.knownQueues.add(name);
     return this.knownQueues.has(queue);
   }
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 function isPool(value: unknown): value is pg.Pool {

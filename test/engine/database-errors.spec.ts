@@ -76,7 +76,7 @@ test.each(calls)('%s rejects with DATABASE_UNAVAILABLE naming host:port/database
 });
 
 test('start rejects with DATABASE_UNAVAILABLE too', async () => {
-  const q = new PgQueue({ connectionString: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/shop_queue`, logger: testLogger() });
+  const q = new PgQueue({ connectionString: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/shop_queue`, logger: testLogger(), startupRetryMs: 0 });
   q.work('orders', async () => {});
   try {
     expectUnavailable(await rejection(q.start()), `127.0.0.1:${port}/shop_queue`);

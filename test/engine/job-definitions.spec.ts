@@ -25,6 +25,7 @@ describe('defineJob', () => {
   it('refuses a payload the schema refuses with INVALID_PAYLOAD naming each path', async () => {
     const error = await payloadToEnqueue(Email, { to: 'not an email', name: 7 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(InvalidJobError);
+    expect(error).toMatchObject({ path: "payload.to" });
     expect(error).toMatchObject({ code: 'INVALID_PAYLOAD' });
     expect((error as Error).message).toMatch(/"emails" job \(version 2\).*payload\.to: .*payload\.name: /);
   });

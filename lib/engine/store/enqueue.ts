@@ -67,7 +67,8 @@ export function enqueueStatements({ define, s, jobs, status }: StatementContext)
        ), inserted AS (
          INSERT INTO ${jobs} (queue_name, payload, priority, status, available_at, max_attempts, max_runtime_ms,
                               trace_context, ordering_key, key_waiting)
-         SELECT i.q, i.p, i.pr,
+         -- A JSON null payload is an SQL NULL out of jsonb_to_recordset: store it as JSON null.
+         SELECT i.q, coalesce(i.p, 'null'::jsonb), i.pr,
                 CASE WHEN i.available_at > now() THEN 'scheduled'::${status} ELSE 'pending'::${status} END,
                 i.available_at, i.ma, i.mr, i.tc, i.k,
                 -- The key's head is its first job while it had no unfinished one; the rest wait.
