@@ -36,7 +36,7 @@ function machineCpu() {
   const total = f.reduce((a, b) => a + b, 0);
   return { busy: (total - idle) / 100, total: total / 100 };
 }
-const sys = await loadSystem(which === 'ours' ? { engine: null, key: 'ours' } : { peer: which });
+const sys = await loadSystem(which === 'ours' ? { engine: process.env.BENCH_ENGINE ?? null, key: 'ours' } : { peer: which });
 const db = await createBenchDatabase(serverUrl);
 const schema = 'prof';
 const out = { system: which, jobs: JOBS };
