@@ -13,7 +13,10 @@ import type { CompleteOptions, EffectOptions, JobContext, Queryable } from './ty
  */
 export function jobContext(lease: Lease, deps: AttemptDeps): JobContext {
   return {
-    signal: lease.signal,
+    // Read on demand: the lease makes its AbortController only for a handler that asks (lease.ts).
+    get signal() {
+      return lease.signal;
+    },
     attempt: lease.job.attempt,
     token: lease.job.leaseToken,
     heartbeat: () => lease.heartbeat(),

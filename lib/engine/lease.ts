@@ -45,6 +45,130 @@ export function attemptAbortMarginMs(attemptLeaseMs: number, configured: number 
 
 export type { LeaseOperation } from './metrics.js';
 
+/** What a worker gives each of its leases: one timer for all of them, and where their events go. */
+export interface LeaseHooks {
+  readonly timers: LeaseTimers;
+  /** A buffered (not started) attempt ran out of lease: the worker hands it back. */
+  bufferedExpiry(lease: Lease): void;
+  /** The attempt's signal was just aborted (called synchronously, as an 'abort' listener would be). */
+  aborted(lease: Lease): void;
+}
+
+/**
+ * One timer for all of a worker's leases: their local deadlines (abort or hand-back) in a min-heap,
+ * and one setTimeout armed for the nearest. A timer per lease cost a Timeout object, its list
+ * insertion and its removal for every job; here a job costs a heap insertion and removal among the
+ * worker's few hundred leases, and the timer is re-armed only when a deadline earlier than the armed
+ * one arrives (rare: leases of one worker have one length, so later claims expire later).
+ */
+export class LeaseTimers {
+  private readonly heap: Lease[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  /** The deadline the timer is armed for (Infinity when none). */
+  private armedAt = Number.POSITIVE_INFINITY;
+  /** Ties break by scheduling order, as separate timers of equal delay fired. */
+  private sequence = 0;
+
+  get size(): number {
+    return this.heap.length;
+  }
+
+  /** `lease.deadlineReached()` runs at `at` (monotonic ms), replacing any earlier schedule of it. */
+  schedule(lease: Lease, at: number): void {
+    if (lease.heapIndex !== -1) this.remove(lease);
+    lease.deadline = at;
+    lease.sequence = ++this.sequence;
+    lease.heapIndex = this.heap.length;
+    this.heap.push(lease);
+    this.up(lease.heapIndex);
+    if (at < this.armedAt) this.arm();
+  }
+
+  /** Unschedules `lease` (nothing if it is not scheduled). The armed timer stays: firing early, it re-arms. */
+  cancel(lease: Lease): void {
+    if (lease.heapIndex !== -1) this.remove(lease);
+  }
+
+  /** Stops the timer (the worker stopped; nothing it holds needs a deadline any more). */
+  stop(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.armedAt = Number.POSITIVE_INFINITY;
+  }
+
+  private readonly fire = (): void => {
+    this.timer = undefined;
+    this.armedAt = Number.POSITIVE_INFINITY;
+    // A millisecond of slack: the timer's clock is the event loop's, which lags performance.now().
+    const now = performance.now() + 1;
+    const heap = this.heap;
+    while (heap.length > 0 && heap[0]!.deadline <= now) {
+      const lease = heap[0]!;
+      this.remove(lease);
+      lease.deadlineReached();
+    }
+    if (heap.length > 0 && heap[0]!.deadline < this.armedAt) this.arm();
+  };
+
+  private arm(): void {
+    clearTimeout(this.timer);
+    const at = this.heap[0]!.deadline;
+    this.armedAt = at;
+    this.timer = setTimeout(this.fire, Math.max(0, at - performance.now()));
+    this.timer.unref();
+  }
+
+  private remove(lease: Lease): void {
+    const heap = this.heap;
+    const i = lease.heapIndex;
+    lease.heapIndex = -1;
+    const last = heap.pop()!;
+    if (last === lease) return;
+    heap[i] = last;
+    last.heapIndex = i;
+    if (i > 0 && before(last, heap[(i - 1) >> 1]!)) this.up(i);
+    else this.down(i);
+  }
+
+  private up(i: number): void {
+    const heap = this.heap;
+    const lease = heap[i]!;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      const parent = heap[p]!;
+      if (!before(lease, parent)) break;
+      heap[i] = parent;
+      parent.heapIndex = i;
+      i = p;
+    }
+    heap[i] = lease;
+    lease.heapIndex = i;
+  }
+
+  private down(i: number): void {
+    const heap = this.heap;
+    const n = heap.length;
+    const lease = heap[i]!;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= n) break;
+      const r = l + 1;
+      const c = r < n && before(heap[r]!, heap[l]!) ? r : l;
+      const child = heap[c]!;
+      if (!before(child, lease)) break;
+      heap[i] = child;
+      child.heapIndex = i;
+      i = c;
+    }
+    heap[i] = lease;
+    lease.heapIndex = i;
+  }
+}
+
+function before(a: Lease, b: Lease): boolean {
+  return a.deadline < b.deadline || (a.deadline === b.deadline && a.sequence < b.sequence);
+}
+
 /**
  * One claimed attempt of a job, from the worker's side: its fencing token, the handler's abort
  * signal, and a local view of when the lease ends.
@@ -56,8 +180,14 @@ export type { LeaseOperation } from './metrics.js';
  * sooner, never write later.
  *
  * While the attempt waits in the worker's buffer (prefetched, not started), running out of lease
- * does not abort it: `onBufferedExpiry` hands it back instead (the worker releases it without
+ * does not abort it: `hooks.bufferedExpiry` hands it back instead (the worker releases it without
  * charging the attempt).
+ *
+ * The AbortController is made only when someone reads `signal` (the handler, a heartbeat,
+ * ctx.complete or ctx.effect): most handlers never do, and a controller, its signal and their
+ * listeners were a tenth of the worker's time per job. An abort before that is kept as its reason
+ * and delivered when the signal is made (already aborted); the worker learns of every abort
+ * synchronously through `hooks.aborted`, as an 'abort' listener added first would.
  *
  * It is the attempt's state and nothing more: the handler's context is built over it by the
  * worker's executor (job-context.ts), and ctx.complete and ctx.effect see it only as an `Attempt`.
@@ -71,8 +201,16 @@ export class Lease implements Attempt {
   /** This attempt's full lease: the handler's lease, or the job's maximum runtime when shorter. */
   readonly attemptLeaseMs: number;
   readonly abortMarginMs: number;
-  private readonly controller = new AbortController();
-  private timer: NodeJS.Timeout | undefined;
+  /** Made when `signal` is first read (see the class's comment). */
+  private controller: AbortController | undefined;
+  /** The abort's reason, once aborted (with or without a controller). */
+  private abortReason: JobAbortedError | undefined;
+  /** Where this lease sits in `hooks.timers` (-1: not scheduled); its deadline and tie-break. @internal */
+  heapIndex = -1;
+  /** @internal */
+  deadline = 0;
+  /** @internal */
+  sequence = 0;
   private grantedAt: number;
   private expiresAt: number;
   private atDeadline: boolean;
@@ -81,6 +219,10 @@ export class Lease implements Attempt {
   private renewalRefused = false;
   /** Whether the handler has started (false while the attempt waits in the buffer). */
   started = false;
+  /** The worker's: the handler runs and has not settled (an abort now starts its watch for an unsettled handler). */
+  handlerRunning = false;
+  /** The worker's: the watch's timer, cleared when the handler settles. */
+  unsettledTimer: NodeJS.Timeout | undefined;
   /** Set once a fenced write, check or heartbeat was refused: nothing more is written for this attempt. */
   lost: FenceLossReason | undefined;
   /**
@@ -111,7 +253,7 @@ export class Lease implements Attempt {
     requestedAt: number,
     private readonly timing: LeaseTiming,
     readonly deps: LeaseDeps,
-    private readonly onBufferedExpiry: (lease: Lease) => void,
+    private readonly hooks: LeaseHooks,
   ) {
     this.job = {
       id: row.id,
@@ -142,12 +284,20 @@ export class Lease implements Attempt {
   }
 
   get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.abortReason !== undefined) this.controller.abort(this.abortReason);
+    }
     return this.controller.signal;
   }
 
+  /** Whether the signal was aborted (read without making the signal). */
+  get aborted(): boolean {
+    return this.abortReason !== undefined;
+  }
+
   get abortCode(): AbortCode | undefined {
-    const reason: unknown = this.controller.signal.reason;
-    return reason instanceof JobAbortedError ? reason.code : undefined;
+    return this.abortReason?.code;
   }
 
   /** Milliseconds of lease left by the local (conservative) clock. */
@@ -161,7 +311,11 @@ export class Lease implements Attempt {
   }
 
   abort(code: AbortCode, message: string): void {
-    if (!this.controller.signal.aborted) this.controller.abort(new JobAbortedError(code, LEASE_ABORTED(this.job.id, message)));
+    if (this.abortReason !== undefined) return;
+    this.abortReason = new JobAbortedError(code, LEASE_ABORTED(this.job.id, message));
+    // The worker hears first (its watch was the signal's first listener when it had one).
+    this.hooks.aborted(this);
+    this.controller?.abort(this.abortReason);
   }
 
   /** Marks the fence as lost (a write was refused), counts it, and aborts the handler. */
@@ -230,8 +384,7 @@ export class Lease implements Attempt {
   }
 
   dispose(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
+    this.hooks.timers.cancel(this);
   }
 
   /**
@@ -241,7 +394,7 @@ export class Lease implements Attempt {
    * attempt, and a blip should not fail a job that is making progress.
    */
   async heartbeat(): Promise<void> {
-    if (this.controller.signal.aborted) throw this.controller.signal.reason;
+    if (this.abortReason !== undefined) throw this.abortReason;
     if (this.atDeadline) return;
     if (performance.now() - this.grantedAt < this.timing.leaseMs / HEARTBEAT_WRITE_AFTER_FRACTION) return;
     this.renewal ??= this.renew().finally(() => {
@@ -253,7 +406,7 @@ export class Lease implements Attempt {
     // itself goes on in the background, fenced as always. (When the renewal's own fence is refused
     // it aborts the signal too, and then reports the LeaseLostError itself.)
     const renewal = this.renewal;
-    const signal = this.controller.signal;
+    const signal = this.signal;
     return new Promise<void>((resolve, reject) => {
       const onAbort = () => {
         if (!this.renewalRefused) reject(signal.reason);
@@ -295,14 +448,18 @@ export class Lease implements Attempt {
   }
 
   private arm(): void {
-    this.dispose();
-    if (this.controller.signal.aborted) return;
-    const delay = Math.max(0, this.expiresAt - this.abortMarginMs - performance.now());
-    this.timer = setTimeout(() => {
-      if (!this.started) this.onBufferedExpiry(this);
-      else if (this.atDeadline) this.abort('MAX_RUNTIME', 'the attempt reached its maximum runtime');
-      else this.abort('LEASE_EXPIRED', 'the lease is about to expire and the handler has not reported progress');
-    }, delay);
-    this.timer.unref();
+    if (this.abortReason !== undefined) {
+      this.dispose();
+      return;
+    }
+    // A deadline already past still fires from the timer, never from here: as a 0 ms timeout did.
+    this.hooks.timers.schedule(this, this.expiresAt - this.abortMarginMs);
+  }
+
+  /** The local deadline (a margin before the lease ends) came: called by `hooks.timers`. @internal */
+  deadlineReached(): void {
+    if (!this.started) this.hooks.bufferedExpiry(this);
+    else if (this.atDeadline) this.abort('MAX_RUNTIME', 'the attempt reached its maximum runtime');
+    else this.abort('LEASE_EXPIRED', 'the lease is about to expire and the handler has not reported progress');
   }
 }

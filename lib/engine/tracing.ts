@@ -1,4 +1,4 @@
-import { context, propagation, SpanKind, SpanStatusCode, trace, type Link } from '@opentelemetry/api';
+import { context, propagation, SpanKind, SpanStatusCode, trace, type Link, type Tracer, type TracerProvider } from '@opentelemetry/api';
 import type { Job } from './types.js';
 
 /**
@@ -9,7 +9,19 @@ import type { Job } from './types.js';
  */
 export type TraceCarrier = Record<string, string>;
 
-const tracer = () => trace.getTracer('nestjs-pg-queue');
+const TRACER_NAME = 'nestjs-pg-queue';
+
+/**
+ * The registered SDK's tracer, or undefined when no SDK is registered: then a job's span would be
+ * the API's no-op, and the worker skips it (and the ProxyTracer `trace.getTracer` makes anew on
+ * every call without an SDK). Asked per job, so an SDK registered (or disabled) later is seen.
+ */
+export function jobTracer(): Tracer | undefined {
+  const provider = trace.getTracerProvider() as TracerProvider & { getDelegateTracer?: (name: string) => Tracer | undefined };
+  // The API's global provider is a proxy that knows whether a delegate (an SDK) was set; any other
+  // provider (another copy of the API registered its own) is asked for a tracer as before.
+  return typeof provider.getDelegateTracer === 'function' ? provider.getDelegateTracer(TRACER_NAME) : provider.getTracer(TRACER_NAME);
+}
 
 export function captureTraceContext(): TraceCarrier | null {
   const carrier: TraceCarrier = {};
@@ -17,13 +29,15 @@ export function captureTraceContext(): TraceCarrier | null {
   return Object.keys(carrier).length > 0 ? carrier : null;
 }
 
-export function runInJobSpan<R>(job: Job, carrier: TraceCarrier | null, fn: () => Promise<R>): Promise<R> {
+/** Runs `fn` in the job's CONSUMER span of `tracer` (see jobTracer: without an SDK, `fn` runs as it is). */
+export function runInJobSpan<R>(job: Job, carrier: TraceCarrier | null, fn: () => Promise<R>, tracer = jobTracer()): Promise<R> {
+  if (tracer === undefined) return fn();
   const links: Link[] = [];
   if (carrier) {
     const producer = trace.getSpanContext(propagation.extract(context.active(), carrier));
     if (producer) links.push({ context: producer });
   }
-  return tracer().startActiveSpan(
+  return tracer.startActiveSpan(
     `process ${job.queue}`,
     {
       kind: SpanKind.CONSUMER,

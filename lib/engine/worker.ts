@@ -2,9 +2,9 @@ import { performance } from 'node:perf_hooks';
 import { integer, nested, number, resolveSection, section, type Section } from './config.js';
 import type pg from 'pg';
 import { InvalidOptionError, JobAbortedError, RetryableJobError, type FenceLossReason } from './errors.js';
-import type { Completer } from './completer.js';
+import type { Completer, CompletionOutcome } from './completer.js';
 import { jobContext } from './job-context.js';
-import { Lease } from './lease.js';
+import { Lease, LeaseTimers, type LeaseHooks } from './lease.js';
 import type { LogThrottle } from './log-throttle.js';
 import type { EngineLogger } from './logger.js';
 import {
@@ -24,13 +24,13 @@ import {
   WRITE_KIND,
   WRITES_PENDING_AT_SHUTDOWN,
 } from './messages.js';
-import type { EngineMetrics, LeaseOperation } from './metrics.js';
+import type { CounterSeries, EngineMetrics, HistogramSeries, LeaseOperation } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
 import { whileLeaseLasts } from './retrying.js';
 import type { ClaimedJob, Store } from './store/index.js';
 import type { AttemptOutcome, WorkerTestSignals } from './test-signals.js';
 import { settlesWithin } from './settles-within.js';
-import { runInJobSpan } from './tracing.js';
+import { jobTracer, runInJobSpan } from './tracing.js';
 import type { BackoffOptions, HandlerOptions, JobHandlerFn } from './types.js';
 
 export const HANDLER_DEFAULTS: HandlerOptions = {
@@ -121,6 +121,19 @@ export interface WorkerHooks {
 type WorkerState = 'idle' | 'running' | 'stopping' | 'stopped';
 type Outcome = { ok: true } | { ok: false; error: unknown };
 
+const SUCCEEDED: Outcome = { ok: true };
+
+/** The series a worker touches per job, looked up once when it starts (see EngineMetrics.counterSeries). */
+interface WorkerSeries {
+  claimed: CounterSeries;
+  succeeded: CounterSeries;
+  claimQueries: CounterSeries;
+  claimWait: HistogramSeries;
+  claimQueryDuration: HistogramSeries;
+  handlerDuration: HistogramSeries;
+  completionLatency: HistogramSeries;
+}
+
 /** Handler durations kept for the prefetch rule: the median of the most recent ones. */
 const DURATION_SAMPLES = 32;
 const MEDIAN_EVERY = 8;
@@ -144,7 +157,21 @@ export class Worker {
   private state: WorkerState = 'idle';
   private readonly buffered: Lease[] = [];
   private readonly running = new Map<Lease, Promise<void>>();
-  private readonly writes = new Set<Promise<unknown>>();
+  /**
+   * Outcome writes handed off and not settled (each still holds its job's lease): counted, not
+   * kept as promises, so a job's completion costs no promise of the worker's.
+   */
+  private writesPending = 0;
+  /** stop()'s waits for `writesPending` to reach 0. */
+  private writesDrained: (() => void)[] = [];
+  /** One timer for every lease of this worker (lease.ts), and what the leases tell the worker. */
+  private readonly timers = new LeaseTimers();
+  private readonly leaseHooks: LeaseHooks = {
+    timers: this.timers,
+    bufferedExpiry: (lease) => this.bufferedExpiry(lease),
+    aborted: (lease) => this.leaseAborted(lease),
+  };
+  private series: WorkerSeries | undefined;
   /** A claim may find work: set by start, wake-ups, polls and full batches; cleared by a short batch. */
   private moreWork = true;
   /** Counts wake-ups, so one that arrives while a claim is in flight is not lost when it returns. */
@@ -163,7 +190,6 @@ export class Worker {
   /** The median of `durations`, recomputed every MEDIAN_EVERY samples (it is read per job). */
   private median: number | undefined;
   private samplesSinceMedian = 0;
-  private readonly onBufferedExpiry = (lease: Lease) => this.bufferedExpiry(lease);
   private checking = false;
   /** This worker's kinds of repeated failure in the LogThrottle (and the subjects of their lines). */
   private readonly claimKind: string;
@@ -198,7 +224,18 @@ export class Worker {
   start(): void {
     if (this.state !== 'idle') return;
     this.state = 'running';
-    this.deps.metrics.handles(this.queue);
+    const { metrics } = this.deps;
+    metrics.handles(this.queue);
+    const labels = { queue: this.queue };
+    this.series = {
+      claimed: metrics.counterSeries('jobs_claimed', labels),
+      succeeded: metrics.counterSeries('jobs_succeeded', labels),
+      claimQueries: metrics.counterSeries('claim_queries', labels),
+      claimWait: metrics.histogramSeries('claim_wait_seconds', labels),
+      claimQueryDuration: metrics.histogramSeries('claim_query_duration_seconds', labels),
+      handlerDuration: metrics.histogramSeries('handler_duration_seconds', labels),
+      completionLatency: metrics.histogramSeries('completion_latency_seconds', labels),
+    };
     this.pollTimer = setInterval(() => {
       this.wake();
       void this.checkLeases();
@@ -247,7 +284,8 @@ export class Worker {
     }
     // Bounded too: a write stuck on a dead network must not hold the shutdown forever (the reaper
     // recovers whatever it was writing).
-    if (!(await settlesWithin(Promise.allSettled([...this.writes]), timeoutMs))) {
+    const drained = this.writesPending === 0 ? Promise.resolve() : new Promise<void>((resolve) => this.writesDrained.push(resolve));
+    if (!(await settlesWithin(drained, timeoutMs))) {
       this.deps.logger.warn(WRITES_PENDING_AT_SHUTDOWN(this.queue, timeoutMs));
     }
     this.state = 'stopped';
@@ -277,13 +315,15 @@ export class Worker {
     while (this.state === 'running') {
       const { concurrency } = this.options;
       const target = concurrency + this.prefetchLimit();
-      // Under load, claim in batches of at least half the target instead of one job per freed slot.
-      const minBatch = Math.max(1, Math.floor(target / 2));
+      // Under load, claim in batches of at least two thirds of the target instead of one job per
+      // freed slot (half made claims of ~290 of a target of 510: a claim statement per 300 jobs);
+      // the third left in the buffer covers a claim's round trip at the rates a backlog runs at.
+      const minBatch = Math.max(1, Math.floor((target * 2) / 3));
       const room = target - this.inFlight;
       const slotsIdle = this.running.size < concurrency && this.buffered.length === 0;
       // Backpressure: finished jobs whose outcome is not written yet still hold their leases.
       // Claiming past them lets completions fall behind claims until leases expire unwritten.
-      const writesBehind = this.writes.size >= target;
+      const writesBehind = this.writesPending >= target;
       if (this.moreWork && room > 0 && !writesBehind && (room >= minBatch || slotsIdle)) {
         const cooldownLeft = this.lastShortClaimAt + this.deps.wakeCooldownMs - performance.now();
         if (cooldownLeft > 0) await new Promise((resolve) => setTimeout(resolve, cooldownLeft));
@@ -356,15 +396,15 @@ export class Worker {
       this.moreWork = this.wakeups !== wakeupsBefore;
       return;
     } finally {
-      this.deps.metrics.increment('claim_queries', { queue: this.queue });
-      this.deps.metrics.observe('claim_query_duration_seconds', (performance.now() - requestedAt) / 1_000, { queue: this.queue });
+      this.series!.claimQueries.add(1);
+      this.series!.claimQueryDuration.observe((performance.now() - requestedAt) / 1_000);
     }
     this.deps.failures.recovered(this.claimKind);
     if (this.state !== 'running') {
       // Claimed while stop() was already handing jobs back (it does not wait for a claim forever):
       // these go back too, attempt not charged.
       for (const row of rows) {
-        const lease = new Lease(row, this.deps.store.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
+        const lease = new Lease(row, this.deps.store.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.leaseHooks);
         lease.dispose();
         this.track(this.release(lease, false));
       }
@@ -373,11 +413,14 @@ export class Worker {
     if (rows.length < limit) this.lastShortClaimAt = requestedAt;
     this.moreWork = rows.length === limit || this.wakeups !== wakeupsBefore;
     this.hooks.claimed?.(rows.length);
+    const { metrics } = this.deps;
+    const series = this.series!;
+    const timing = { leaseMs, abortMarginMs };
     for (const row of rows) {
-      const lease = new Lease(row, this.deps.store.schema, requestedAt, { leaseMs, abortMarginMs }, this.deps, this.onBufferedExpiry);
-      this.deps.metrics.increment('jobs_claimed', { queue: this.queue });
-      this.deps.metrics.observe('claim_wait_seconds', Math.max(0, row.waitedMs) / 1_000, { queue: this.queue });
-      this.deps.metrics.emit({ type: 'claimed', queue: this.queue, jobId: lease.job.id, attempt: lease.job.attempt, leaseToken: lease.job.leaseToken });
+      const lease = new Lease(row, this.deps.store.schema, requestedAt, timing, this.deps, this.leaseHooks);
+      series.claimed.add(1);
+      series.claimWait.observe(Math.max(0, row.waitedMs) / 1_000);
+      if (metrics.heard) metrics.emit({ type: 'claimed', queue: this.queue, jobId: lease.job.id, attempt: lease.job.attempt, leaseToken: lease.job.leaseToken });
       this.buffered.push(lease);
     }
     this.dispatch();
@@ -389,7 +432,7 @@ export class Worker {
       const lease = this.buffered.shift()!;
       // The common case starts at once; a job that waited too long, or was cancelled or lost while
       // it waited, goes the longer way (begin).
-      const ready = !lease.lost && !lease.signal.aborted && lease.msLeft >= this.renewBelowMs(lease);
+      const ready = !lease.lost && !lease.aborted && lease.msLeft >= this.renewBelowMs(lease);
       this.running.set(lease, ready ? this.execute(lease) : this.begin(lease));
     }
   }
@@ -406,8 +449,8 @@ export class Worker {
 
   /** A slot is free for `lease`, which waited too long or lost its job meanwhile: renew it if it can still run, then run it. */
   private async begin(lease: Lease): Promise<void> {
-    if (!lease.lost && !lease.signal.aborted) await this.startAttempt(lease);
-    if (lease.lost || lease.signal.aborted) {
+    if (!lease.lost && !lease.aborted) await this.startAttempt(lease);
+    if (lease.lost || lease.aborted) {
       // Cancelled, reclaimed, lost or shut down before it started: the handler never runs.
       if (!this.running.delete(lease)) return; // stop() released it meanwhile
       lease.dispose();
@@ -442,31 +485,73 @@ export class Worker {
     }
   }
 
-  private async execute(lease: Lease): Promise<void> {
+  /**
+   * Runs the handler; its settling is handled by `settled`. Written with one `then` rather than
+   * async functions around the handler (and a span only when an SDK is registered): the layers of
+   * promises per job were a measurable part of the worker's time.
+   */
+  private execute(lease: Lease): Promise<void> {
     const startedAt = performance.now();
     lease.begin();
-    const abandon = this.watchForUnsettled(lease);
-    let outcome: Outcome;
+    lease.handlerRunning = true;
+    // Aborted before the handler started (while it started): watched the same way (leaseAborted).
+    if (lease.aborted) this.leaseAborted(lease);
+    let result: unknown;
     try {
-      await runInJobSpan(lease.job, lease.traceCarrier, async () => this.handler(lease.job as never, jobContext(lease, this.deps)));
-      outcome = { ok: true };
+      const tracer = jobTracer();
+      result =
+        tracer === undefined
+          ? this.handler(lease.job as never, jobContext(lease, this.deps))
+          : runInJobSpan(lease.job, lease.traceCarrier, async () => this.handler(lease.job as never, jobContext(lease, this.deps)), tracer);
     } catch (error) {
-      outcome = { ok: false, error };
-    } finally {
-      abandon.cancel();
-      const ran = performance.now() - startedAt;
-      this.deps.metrics.observe('handler_duration_seconds', ran / 1_000, { queue: this.queue });
-      this.recordDuration(ran);
+      result = Promise.reject(error);
     }
+    // Always settles in a later microtask, never during dispatch (which has yet to record the run).
+    return Promise.resolve(result).then(
+      () => this.settled(lease, SUCCEEDED, startedAt),
+      (error: unknown) => this.settled(lease, { ok: false, error }, startedAt),
+    );
+  }
+
+  /** The handler settled with `outcome`. */
+  private settled(lease: Lease, outcome: Outcome, startedAt: number): void {
+    lease.handlerRunning = false;
+    clearTimeout(lease.unsettledTimer);
+    const ran = performance.now() - startedAt;
+    this.series!.handlerDuration.observe(ran / 1_000);
+    this.recordDuration(ran);
     // Not ours any more: stop() released it, or the handler ignored its abort past the grace.
     if (!this.running.delete(lease)) return this.settledLate(lease);
     lease.dispose();
     this.dispatch();
     this.poke();
+    if (outcome.ok && !lease.lossToRecord && !lease.keysDeferred && lease.completion === undefined && !lease.lost) {
+      // The common case, without a promise: the completer calls back with the row's outcome.
+      this.writesPending += 1;
+      this.deps.completer.add(lease.job.id, lease.job.leaseToken, lease.job.orderingKey !== null, lease, (completion, error) =>
+        this.completed(lease, startedAt, completion, error),
+      );
+      return;
+    }
     this.track(this.finish(lease, outcome, startedAt));
   }
 
-  /** What the handler's outcome means for the job, now that it settled. */
+  /** The completer wrote (or could not write) a succeeded handler's completion: as `complete` then `track`. */
+  private completed(lease: Lease, startedAt: number, completion: CompletionOutcome | undefined, error: unknown): void {
+    try {
+      if (completion === undefined) this.writeFailed(error);
+      else if (completion.ok) {
+        this.succeeded(lease, startedAt);
+        this.deps.failures.recovered(this.writeKind);
+      } else this.track(this.refused(lease, completion.reason, 'complete'));
+    } catch (thrown) {
+      this.writeFailed(thrown);
+    } finally {
+      this.writeSettled();
+    }
+  }
+
+  /** What the handler's outcome means for the job, now that it settled (all but the common success, see settled). */
   private async finish(lease: Lease, outcome: Outcome, startedAt: number): Promise<void> {
     if (lease.lossToRecord) this.track(this.recordLoss(lease));
     if (lease.keysDeferred) this.deps.keysDeferred(); // ctx.complete's transaction has ended
@@ -518,32 +603,23 @@ export class Worker {
    * hold a slot forever nor wait for the reaper. A cancelled or lost attempt writes nothing now;
    * when (if) its handler settles at last, the attempt is over (see settledLate).
    */
-  private watchForUnsettled(lease: Lease): { cancel(): void } {
-    let timer: NodeJS.Timeout | undefined;
-    const onAbort = () => {
-      const code = lease.abortCode;
-      if (code !== 'LEASE_EXPIRED' && code !== 'MAX_RUNTIME' && code !== 'CANCELLED' && code !== 'LEASE_LOST') return;
-      timer = setTimeout(() => {
-        if (!this.running.delete(lease)) return;
-        lease.dispose();
-        this.deps.logger.warn(SIGNAL_IGNORED(lease.job.id, this.queue, code));
-        this.dispatch();
-        this.poke();
-        if ((code === 'LEASE_EXPIRED' || code === 'MAX_RUNTIME') && !lease.lost && lease.completion === undefined) {
-          this.track(this.fail(lease, new JobAbortedError(code, HANDLER_DID_NOT_SETTLE())));
-        }
-      }, Math.max(1, Math.floor(lease.abortMarginMs / 2)));
-      timer.unref();
-    };
-    // Aborted before the handler started watching (while it started): handled the same way.
-    if (lease.signal.aborted) onAbort();
-    else lease.signal.addEventListener('abort', onAbort, { once: true });
-    return {
-      cancel: () => {
-        clearTimeout(timer);
-        lease.signal.removeEventListener('abort', onAbort);
-      },
-    };
+  private leaseAborted(lease: Lease): void {
+    // Only while the handler runs (from execute until it settles): the signal's abort is heard
+    // synchronously from the lease, as the 'abort' listener that this replaces heard it.
+    if (!lease.handlerRunning) return;
+    const code = lease.abortCode;
+    if (code !== 'LEASE_EXPIRED' && code !== 'MAX_RUNTIME' && code !== 'CANCELLED' && code !== 'LEASE_LOST') return;
+    lease.unsettledTimer = setTimeout(() => {
+      if (!this.running.delete(lease)) return;
+      lease.dispose();
+      this.deps.logger.warn(SIGNAL_IGNORED(lease.job.id, this.queue, code));
+      this.dispatch();
+      this.poke();
+      if ((code === 'LEASE_EXPIRED' || code === 'MAX_RUNTIME') && !lease.lost && lease.completion === undefined) {
+        this.track(this.fail(lease, new JobAbortedError(code, HANDLER_DID_NOT_SETTLE())));
+      }
+    }, Math.max(1, Math.floor(lease.abortMarginMs / 2)));
+    lease.unsettledTimer.unref();
   }
 
   /**
@@ -599,9 +675,10 @@ export class Worker {
   }
 
   private succeeded(lease: Lease, startedAt: number): void {
-    this.deps.metrics.increment('jobs_succeeded', { queue: this.queue });
-    this.deps.metrics.observe('completion_latency_seconds', (performance.now() - lease.claimedAt) / 1_000, { queue: this.queue });
-    this.deps.metrics.emit({ type: 'succeeded', queue: this.queue, jobId: lease.job.id, durationMs: performance.now() - startedAt });
+    const { metrics } = this.deps;
+    this.series!.succeeded.add(1);
+    this.series!.completionLatency.observe((performance.now() - lease.claimedAt) / 1_000);
+    if (metrics.heard) metrics.emit({ type: 'succeeded', queue: this.queue, jobId: lease.job.id, durationMs: performance.now() - startedAt });
     this.ended(lease, 'succeeded');
   }
 
@@ -676,21 +753,31 @@ export class Worker {
     await this.deps.store.recordFenceLoss(this.deps.db, lease.fenceKey);
   }
 
-  /** Keeps a write's promise until it settles, so stop() can wait for it; logs its failure. */
+  /** Counts a write until it settles, so stop() can wait for it; logs its failure. */
   private track(write: Promise<void>): void {
-    const tracked = write.then(
-      () => this.deps.failures.recovered(this.writeKind),
+    this.writesPending += 1;
+    write.then(
+      () => {
+        this.deps.failures.recovered(this.writeKind);
+        this.writeSettled();
+      },
       (error: unknown) => {
-        // One per job, and a whole batch fails at once while the database is away: bounded.
-        const reason = (error as Error).message;
-        this.deps.failures.failed(this.writeKind, reason, 'error', OUTCOME_WRITE_FAILED(this.writeKind, reason));
+        this.writeFailed(error);
+        this.writeSettled();
       },
     );
-    this.writes.add(tracked);
-    void tracked.finally(() => {
-      this.writes.delete(tracked);
-      this.poke(); // the claim loop may have waited for writes to catch up
-    });
+  }
+
+  private writeFailed(error: unknown): void {
+    // One per job, and a whole batch fails at once while the database is away: bounded.
+    const reason = (error as Error).message;
+    this.deps.failures.failed(this.writeKind, reason, 'error', OUTCOME_WRITE_FAILED(this.writeKind, reason));
+  }
+
+  private writeSettled(): void {
+    this.writesPending -= 1;
+    if (this.writesPending === 0) for (const resolve of this.writesDrained.splice(0)) resolve();
+    this.poke(); // the claim loop may have waited for writes to catch up
   }
 }
 
