@@ -1,4 +1,5 @@
 import { SetMetadata } from '@nestjs/common';
+import { isJobDefinition, type JobDefinition } from './engine/index.js';
 import type { JobHandlerMetadata, JobHandlerOptions } from './interfaces/index.js';
 import { JOB_HANDLER_METADATA } from './pg-queue.constants.js';
 
@@ -26,7 +27,7 @@ import { JOB_HANDLER_METADATA } from './pg-queue.constants.js';
  *
  * @publicApi
  */
-export function JobHandler(queue: string, options: JobHandlerOptions = {}): MethodDecorator {
-  const metadata: JobHandlerMetadata = { queue, options };
+export function JobHandler(queue: string | JobDefinition, options: JobHandlerOptions = {}): MethodDecorator {
+  const metadata: JobHandlerMetadata = isJobDefinition(queue) ? { queue: queue.queue, definition: queue, options } : { queue, definition: undefined, options };
   return SetMetadata(JOB_HANDLER_METADATA, metadata);
 }

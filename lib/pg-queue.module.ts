@@ -1,5 +1,5 @@
 import { Module, type DynamicModule, type Provider } from '@nestjs/common';
-import { InvalidOptionError, isQueueName, type PgQueue } from './engine/index.js';
+import { InvalidOptionError, isJobDefinition, isQueueName, type PgQueue } from './engine/index.js';
 import { DiscoveryModule } from '@nestjs/core';
 import { PgQueueMetadataAccessor } from './nest/pg-queue-metadata.accessor.js';
 import { PgQueueExplorer } from './nest/pg-queue.explorer.js';
@@ -62,7 +62,14 @@ export class PgQueueModule extends ConfigurablePgQueueModule {
    */
   static registerQueue(...queues: RegisterQueueOptions[]): DynamicModule {
     const providers: Provider[] = queues.map((options, index) => {
-      const name: unknown = options?.name;
+      const definition = options?.job;
+      if (definition !== undefined && !isJobDefinition(definition)) {
+        throw new InvalidOptionError(`registerQueue[${index}].job`, 'it is not a job definition', 'Pass what defineJob() returned.');
+      }
+      const name: unknown = options?.name ?? definition?.queue;
+      if (definition && name !== definition.queue) {
+        throw new InvalidOptionError(`registerQueue[${index}].name`, `"${String(name)}" is not the definition's queue "${definition.queue}"`, 'Leave name out, or give the definition\'s queue.');
+      }
       if (typeof name !== 'string' || !isQueueName(name)) {
         throw new InvalidOptionError(
           `registerQueue[${index}].name`,
@@ -74,7 +81,7 @@ export class PgQueueModule extends ConfigurablePgQueueModule {
         provide: getQueueToken(name),
         useFactory: (engine: PgQueue | undefined) => {
           if (!engine) throw new InvalidOptionError('PgQueueModule.registerQueue', FOR_ROOT_MISSING(name), 'Add PgQueueModule.forRoot() to the root module.');
-          return new Queue(name, engine, options.defaults);
+          return new Queue(name, engine, options.defaults, definition);
         },
         inject: [{ token: PG_QUEUE_ENGINE, optional: true }],
       };

@@ -1,5 +1,5 @@
 import { SetMetadata } from '@nestjs/common';
-import type { Job, JobContext } from './engine/index.js';
+import { isJobDefinition, type Job, type JobContext, type JobDefinition } from './engine/index.js';
 import type { JobHandlerMetadata, JobHandlerOptions } from './interfaces/index.js';
 import { PROCESSOR_METADATA } from './pg-queue.constants.js';
 
@@ -27,7 +27,7 @@ export interface JobProcessor<T = unknown> {
  *
  * @publicApi
  */
-export function Processor(queue: string, options: JobHandlerOptions = {}): ClassDecorator {
-  const metadata: JobHandlerMetadata = { queue, options };
+export function Processor(queue: string | JobDefinition, options: JobHandlerOptions = {}): ClassDecorator {
+  const metadata: JobHandlerMetadata = isJobDefinition(queue) ? { queue: queue.queue, definition: queue, options } : { queue, definition: undefined, options };
   return SetMetadata(PROCESSOR_METADATA, metadata);
 }

@@ -1,9 +1,12 @@
-import { JobStateError, type EnqueueCallOptions, type EnqueueOptions, type JobRecord, type PgQueue, type QueueStats } from './engine/index.js';
+import { JobStateError, type EnqueueCallOptions, type EnqueueOptions, type JobDefinition, type JobRecord, type PgQueue, type QueueStats } from './engine/index.js';
 import { QUEUE_NOT_DECLARED_YET } from './pg-queue.messages.js';
 
 /** What `registerQueue` takes: the queue's name, and enqueue options every job of it gets unless a call says otherwise. */
 export interface RegisterQueueOptions {
-  name: string;
+  /** The queue's name; with `job`, it may be left out (the definition's queue). */
+  name?: string;
+  /** A job definition (`defineJob`): the handle validates each payload with its schema and stores its version. */
+  job?: JobDefinition;
   /** Enqueue options applied to every job of this handle (a call's own options win, field by field). */
   defaults?: EnqueueOptions;
 }
@@ -35,17 +38,23 @@ export class Queue<T = unknown> {
     private readonly engine: PgQueue,
     /** Enqueue options every job of this handle gets unless a call says otherwise. */
     readonly defaults: Readonly<EnqueueOptions> = {},
+    /** The job definition of the queue's jobs, if it was registered with one. */
+    readonly definition?: JobDefinition<T>,
   ) {}
+
+  private get target(): string | JobDefinition<T> {
+    return this.definition ?? this.name;
+  }
 
   /** Adds one job (see `QueueService.enqueue`): the handle's defaults, then `options`. */
   enqueue(payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
-    return this.engine.enqueue<T>(this.name, payload, { ...this.defaults, ...options });
+    return this.engine.enqueue<T>(this.target, payload, { ...this.defaults, ...options });
   }
 
   /** Adds several jobs in one statement, all or none; ids in input order. */
   enqueueMany(jobs: readonly QueueJobToEnqueue<T>[], options?: EnqueueCallOptions): Promise<string[]> {
     return this.engine.enqueueMany(
-      jobs.map((job) => ({ queue: this.name, payload: job.payload, options: { ...this.defaults, ...job.options } })),
+      jobs.map((job) => ({ queue: this.target, payload: job.payload, options: { ...this.defaults, ...job.options } })),
       options,
     );
   }

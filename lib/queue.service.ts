@@ -10,6 +10,7 @@ import {
   type JobEvent,
   type JobEventRecord,
   type JobRecord,
+  type JobDefinition,
   type JobToEnqueue,
   type OperatorNote,
   type ReplayOutcome,
@@ -73,10 +74,11 @@ export class QueueService {
    * Adds one job and returns its id. Everything is validated before any SQL runs: a bad job
    * throws `InvalidJobError` (unknown queue, payload not JSON or too large, bad option) and nothing
    * is written. With `client`, the job is written in the caller's transaction: it exists, and
-   * workers are woken, only if that transaction commits. With `orderingKey`, jobs of one key run
+   * workers are woken, only if that transaction commits. With a job definition (`defineJob`) as
+   * `queue`, its schema validates the payload and its version is stored. With `orderingKey`, jobs of one key run
    * one at a time, in enqueue order (a dead job holds its key until it is replayed or discarded).
    */
-  enqueue<T>(queue: string, payload: T, options?: QueueEnqueueOptions): Promise<string> {
+  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: QueueEnqueueOptions): Promise<string> {
     return this.engine.enqueue<T>(queue, payload, options);
   }
 

@@ -106,9 +106,12 @@ async function validate<T>(definition: JobDefinition<T>, payload: unknown): Prom
 }
 
 /** At enqueue: the payload to store (the validator's output), or `InvalidPayloadError` (`INVALID_PAYLOAD`). */
-export async function payloadToEnqueue<T>(definition: JobDefinition<T>, payload: unknown): Promise<T> {
+export async function payloadToEnqueue<T>(definition: JobDefinition<T>, payload: unknown, where?: string): Promise<T> {
   const result = await validate(definition, payload);
-  if (!result.ok) throw new InvalidPayloadError(result.path, 'does not match the schema', INVALID_PAYLOAD(definition.queue, definition.version, result.why));
+  if (!result.ok) {
+    const message = INVALID_PAYLOAD(definition.queue, definition.version, result.why);
+    throw new InvalidPayloadError(result.path, 'does not match the schema', where ? `${where}: ${message} Nothing was enqueued.` : message);
+  }
   return result.value;
 }
 

@@ -267,6 +267,7 @@ export class Lease implements Attempt {
       orderingKey: row.orderingKey,
       createdAt: row.createdAt,
       deadlineAt: row.deadlineAt,
+      version: row.payloadVersion,
     };
     this.traceCarrier = row.traceContext;
     this.claimedAt = requestedAt;

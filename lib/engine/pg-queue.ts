@@ -45,6 +45,7 @@ import {
   STOPPED_DURING_START,
 } from './messages.js';
 import { settlesWithin } from './settles-within.js';
+import { checkUpcasters, isJobDefinition, payloadForHandler, type JobDefinition, type Upcasters } from './job-definition.js';
 import { createStore, type Store } from './store/index.js';
 import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
 import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
@@ -253,8 +254,30 @@ export class PgQueue {
     });
   }
 
-  /** Registers the handler of a queue (one per queue per process). Call before `start()`. */
-  work<T>(queue: string, handler: JobHandlerFn<T>, options?: Partial<HandlerOptions>, hooks: WorkerHooks = {}): void {
+  /**
+   * Registers the handler of a queue (one per queue per process). Call before `start()`. With a
+   * job definition (`defineJob`), each job's payload is brought to the definition's version by
+   * `upcast` (`{ [fromVersion]: (payload) => payload of the next version }`; a job enqueued
+   * without a definition is version 1) and validated by its schema before the handler runs: a
+   * payload that does not match is dead with `INVALID_PAYLOAD`, a version with no upcaster to the
+   * current one is dead (deploy one, then replay), and a version newer than the definition's (a
+   * producer deployed first) is retried for a newer worker.
+   */
+  work<T>(queue: string | JobDefinition<T>, handler: JobHandlerFn<T>, options?: Partial<HandlerOptions> & { upcast?: Upcasters }, hooks: WorkerHooks = {}): void {
+    if (isJobDefinition(queue)) {
+      const definition = queue;
+      const { upcast, ...handlerOptions } = options ?? {};
+      const upcasters = checkUpcasters(definition.queue, definition, upcast);
+      // The payload the handler sees is the definition's: a new Job object only when it differs.
+      const defined: JobHandlerFn<T> = async (job, ctx) => {
+        const payload = await payloadForHandler(definition, upcasters, job.version, job.payload);
+        return handler(payload === job.payload ? job : { ...job, payload }, ctx);
+      };
+      return this.work(definition.queue, defined, handlerOptions, hooks);
+    }
+    if (options !== undefined && 'upcast' in options) {
+      throw new InvalidOptionError(`${queue}.upcast`, 'upcasters need a job definition', 'Register the handler with its defineJob() definition instead of the queue name.');
+    }
     if (!isQueueName(queue)) {
       throw new InvalidOptionError('queue', QUEUE_NAME_INVALID(queue), QUEUE_NAME_FIX());
     }
@@ -518,7 +541,12 @@ export class PgQueue {
     };
   }
 
-  enqueue<T>(queue: string, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+  /**
+   * Adds one job and returns its id. `queue` is a queue's name, or a job definition (`defineJob`):
+   * its schema validates the payload (the validator's output is stored; a refusal is
+   * `InvalidPayloadError` and nothing is written) and its version is stored with the job.
+   */
+  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
     const { client, ...jobOptions } = options ?? {};
     return this.call(() => this.producer.enqueueMany([{ queue, payload, options: jobOptions }], { client }).then(([id]) => id!), client);
   }

@@ -3,6 +3,7 @@ import type { Queryable } from './db.js';
 import { InvalidJobError } from './errors.js';
 import { isQueueName } from './identifiers.js';
 import { payloadJson } from './json.js';
+import { isJobDefinition, payloadToEnqueue, type JobDefinition } from './job-definition.js';
 import { JOB_NOT_AN_OBJECT, JOB_OPTION_INVALID, JOB_OPTIONS_NOT_AN_OBJECT, JOB_QUEUE_NAME_INVALID, JOBS_NOT_AN_ARRAY, QUEUE_NOT_DECLARED_FOR_ENQUEUE } from './messages.js';
 import type { EnqueueRow, Store } from './store/index.js';
 import { captureTraceContext } from './tracing.js';
@@ -34,7 +35,8 @@ export interface EnqueueCallOptions {
 }
 
 export interface JobToEnqueue<T = unknown> {
-  queue: string;
+  /** The queue's name, or a job definition (`defineJob`): its queue, its schema validates the payload, its version is stored. */
+  queue: string | JobDefinition<T>;
   payload: T;
   options?: EnqueueOptions;
 }
@@ -68,7 +70,13 @@ export class Producer {
     if (!Array.isArray(jobs)) throw new InvalidJobError('INVALID_JOB_OPTION', JOBS_NOT_AN_ARRAY());
     if (jobs.length === 0) return [];
     const rows: EnqueueRow[] = [];
-    for (const [index, job] of jobs.entries()) rows.push(this.toRow(job, jobs.length > 1 ? `jobs[${index}]` : 'job'));
+    for (const [index, job] of jobs.entries()) {
+      const where = jobs.length > 1 ? `jobs[${index}]` : 'job';
+      // A definition's schema may be async: every payload of the batch is validated before any row is built.
+      const definition = job !== null && typeof job === 'object' && isJobDefinition(job.queue) ? job.queue : undefined;
+      const payload = definition ? await payloadToEnqueue(definition, job.payload, where) : job?.payload;
+      rows.push(this.toRow(job, where, definition ? { queue: definition.queue, payload, version: definition.version } : undefined));
+    }
     for (const queue of new Set(rows.map((r) => r.q))) {
       if (!(await this.deps.isKnownQueue(queue, call.client ?? this.deps.db))) {
         throw new InvalidJobError('UNKNOWN_QUEUE', QUEUE_NOT_DECLARED_FOR_ENQUEUE(queue));
@@ -77,11 +85,13 @@ export class Producer {
     return this.deps.store.enqueue(call.client ?? this.deps.db, { jobs: rows, channel: this.deps.channel, schedulerTopic: this.deps.schedulerTopic });
   }
 
-  private toRow(job: JobToEnqueue, where: string): EnqueueRow {
+  private toRow(job: JobToEnqueue, where: string, defined?: { queue: string; payload: unknown; version: number }): EnqueueRow {
     if (job === null || typeof job !== 'object') {
       throw new InvalidJobError('INVALID_JOB_OPTION', JOB_NOT_AN_OBJECT(where, describe(job)));
     }
-    const { queue, payload, options = {} } = job;
+    const { options = {} } = job;
+    const queue = defined ? defined.queue : job.queue;
+    const payload = defined ? defined.payload : job.payload;
     if (!isQueueName(queue)) {
       throw new InvalidJobError('INVALID_QUEUE_NAME', JOB_QUEUE_NAME_INVALID(where, describe(queue)));
     }
@@ -119,6 +129,7 @@ export class Producer {
       mr: maxRuntimeMs ?? null,
       tc: captureTraceContext(),
       k: orderingKey ?? null,
+      v: defined?.version ?? null,
     };
   }
 }

@@ -47,6 +47,12 @@ export interface Job<T = unknown> {
   readonly createdAt: Date;
   /** When this attempt must end at the latest (the maximum runtime); no heartbeat extends past it. */
   readonly deadlineAt: Date;
+  /**
+   * The version of the payload's shape it was enqueued with (a `defineJob` version), or null for a
+   * job enqueued without a definition. A handler with a definition gets its payload upcast to the
+   * definition's version; this stays the stored one.
+   */
+  readonly version: number | null;
 }
 
 /** Why a handler's signal was aborted. */

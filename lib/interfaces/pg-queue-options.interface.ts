@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { BackoffOptions, HandlerOptions, HealthThresholds, PgQueueOptions } from '../engine/index.js';
+import type { BackoffOptions, HandlerOptions, HealthThresholds, JobDefinition, PgQueueOptions, Upcasters } from '../engine/index.js';
 
 /**
  * Options of one `@JobHandler(queue, options)`, and of `handlerDefaults`. Every field is optional:
@@ -13,6 +13,11 @@ import type { BackoffOptions, HandlerOptions, HealthThresholds, PgQueueOptions }
 export interface JobHandlerOptions extends Partial<Omit<HandlerOptions, 'backoff'>> {
   /** Retry delays: full jitter up to `baseMs * 2^(attempt-1)`, never more than `maxMs`. */
   backoff?: Partial<BackoffOptions>;
+  /**
+   * With a job definition only: `{ [fromVersion]: (payload) => payload of the next version }`, so
+   * jobs enqueued with an older shape still run after a deploy that changes it.
+   */
+  upcast?: Upcasters;
 }
 
 /**
@@ -112,5 +117,7 @@ export interface PgQueueOptionsFactory {
 /** What `@JobHandler()` stores on a method. */
 export interface JobHandlerMetadata {
   readonly queue: string;
+  /** The job definition the handler was declared with, if any. */
+  readonly definition: JobDefinition | undefined;
   readonly options: JobHandlerOptions;
 }

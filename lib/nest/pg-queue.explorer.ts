@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, type OnModuleInit, type Type } from '@nestjs/common';
 import { ContextIdFactory, DiscoveryService, MetadataScanner, ModuleRef, ModulesContainer } from '@nestjs/core';
-import { HANDLER_DEFAULTS, InvalidOptionError, isQueueName, PgQueue, resolveHandlerOptions, type HandlerOptions, type Job, type JobContext, type JobEvent } from '../engine/index.js';
+import { checkUpcasters, HANDLER_DEFAULTS, InvalidOptionError, isQueueName, PgQueue, resolveHandlerOptions, type HandlerOptions, type Job, type JobContext, type JobEvent } from '../engine/index.js';
 import type { JobHandlerMetadata, PgQueueModuleOptions } from '../interfaces/index.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PG_QUEUE_MODULE_OPTIONS } from '../pg-queue.constants.js';
 import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, EVENT_LISTENER_FAILED, FOR_ROOT_TWICE, FOR_ROOT_TWICE_FIX, HANDLERS_FOUND } from '../pg-queue.messages.js';
@@ -184,8 +184,13 @@ export class PgQueueExplorer implements OnModuleInit {
     }
     // The engine labels option errors with the queue; validating first under the method's name
     // ("EmailJobs.send.leaseMs") tells the user which decorator to fix.
-    resolveHandlerOptions(handler.name, toHandlerOptions(metadata.options), defaults);
-    this.engine.work(metadata.queue, fn as (job: Job, ctx: JobContext) => unknown, toHandlerOptions(metadata.options));
+    const { upcast, ...options } = metadata.options;
+    resolveHandlerOptions(handler.name, toHandlerOptions(options), defaults);
+    const run = fn as (job: Job, ctx: JobContext) => unknown;
+    if (metadata.definition) this.engine.work(metadata.definition, run, { ...toHandlerOptions(options), upcast: checkUpcasters(handler.name, metadata.definition, upcast) });
+    else if (upcast !== undefined) {
+      throw new InvalidOptionError(`${handler.name}.upcast`, 'upcasters need a job definition', `Declare the handler with its defineJob() definition: ${handler.decorator}(MyJob, { upcast }).`);
+    } else this.engine.work(metadata.queue, run, toHandlerOptions(options));
     this.found.set(metadata.queue, handler);
   }
 }

@@ -1,5 +1,5 @@
 import * as v from 'valibot';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   checkUpcasters,
@@ -12,6 +12,7 @@ import {
   RetryableJobError,
   type StandardSchema,
 } from '../../lib/engine/index.js';
+import { engineFixture, waitForStatus } from '../support/engine.js';
 
 /** The rules of a definition, without a database: validation at enqueue, upcasting and validation before the handler. */
 describe('defineJob', () => {
@@ -93,5 +94,80 @@ describe('defineJob', () => {
       expect(() => checkUpcasters('h', Email, { 2: (p: unknown) => p })).toThrow(/version 2 is not below the definition's version 2/);
       expect(() => checkUpcasters('h', Email, { 1: 'no' })).toThrow(/h\.upcast\.1/);
     });
+  });
+});
+
+/** On the real engine: validation at enqueue writes nothing, versions are stored, a deploy that changes the shape keeps queued jobs. */
+describe('job definitions on the engine', () => {
+  let fx: Awaited<ReturnType<typeof engineFixture>>;
+  beforeAll(async () => {
+    fx = await engineFixture('definitions');
+  });
+  afterAll(async () => {
+    await fx?.close();
+  });
+
+  const V1 = defineJob('signups', { schema: z.object({ email: z.email() }) });
+  const V2 = defineJob('signups', { schema: z.object({ to: z.email(), name: z.string().default('friend') }), version: 2 });
+
+  it('stores the validated payload and its version; a refused payload writes nothing of the batch', async () => {
+    const producer = fx.make();
+    await producer.declareQueues(['signups']);
+    const id = await producer.enqueue(V2, { to: 'ada@example.com' } as { to: string; name: string });
+    const { rows } = await fx.pool.query(`SELECT payload, payload_version FROM pgqueue.jobs WHERE id = $1`, [id]);
+    expect(rows[0]).toEqual({ payload: { to: 'ada@example.com', name: 'friend' }, payload_version: 2 });
+    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n;
+    const error = await producer
+      .enqueueMany([
+        { queue: V2, payload: { to: 'grace@example.com', name: 'G' } },
+        { queue: V2, payload: { to: 'nope', name: 'N' } },
+      ])
+      .catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'INVALID_PAYLOAD', path: 'payload.to' });
+    expect((error as Error).message).toMatch(/^jobs\[1\]: .*Nothing was enqueued\./);
+    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n).toBe(before);
+    // A plain enqueue has no version.
+    const plain = await producer.enqueue('signups', { email: 'old@example.com' });
+    expect((await fx.pool.query(`SELECT payload_version FROM pgqueue.jobs WHERE id = $1`, [plain])).rows[0].payload_version).toBeNull();
+    await fx.pool.query(`DELETE FROM pgqueue.jobs`);
+  });
+
+  it('a deploy that changes the shape: jobs queued as version 1 run on the version 2 handler through its upcaster', async () => {
+    // The old deploy enqueued version 1 jobs (and one without a definition); no worker ran them.
+    const old = fx.make();
+    await old.declareQueues(['signups']);
+    const queued = [await old.enqueue(V1, { email: 'a@example.com' }), await old.enqueue(V1, { email: 'b@example.com' }), await old.enqueue('signups', { email: 'c@example.com' })];
+    await old.stop(1_000);
+    // The new deploy: version 2, an upcaster from 1. One job each of version 2, a bad one, and a newer one.
+    const seen: { id: string; payload: unknown; version: number | null }[] = [];
+    const next = fx.make();
+    next.work(
+      V2,
+      async (job) => {
+        seen.push({ id: job.id, payload: job.payload, version: job.version });
+      },
+      { upcast: { 1: (p: { email: string }) => ({ to: p.email }) }, maxAttempts: 2, backoff: { baseMs: 10, maxMs: 10 } },
+    );
+    await next.declareQueues(['signups']);
+    const current = await next.enqueue(V2, { to: 'd@example.com', name: 'D' });
+    const bad = await next.enqueue('signups', { to: 'not an email' });
+    await fx.pool.query(`UPDATE pgqueue.jobs SET payload_version = 2 WHERE id = $1`, [bad]);
+    const newer = await next.enqueue('signups', { to: 'e@example.com', whatever: true });
+    await fx.pool.query(`UPDATE pgqueue.jobs SET payload_version = 3 WHERE id = $1`, [newer]);
+    await next.start();
+    for (const id of [...queued, current]) await waitForStatus(next, id, 'succeeded');
+    expect(seen.find((s) => s.id === queued[0])).toEqual({ id: queued[0], payload: { to: 'a@example.com', name: 'friend' }, version: 1 });
+    expect(seen.find((s) => s.id === queued[2])).toEqual({ id: queued[2], payload: { to: 'c@example.com', name: 'friend' }, version: null });
+    expect(seen.find((s) => s.id === current)).toEqual({ id: current, payload: { to: 'd@example.com', name: 'D' }, version: 2 });
+    // A payload that does not match: dead at once, with the code, its handler never called.
+    expect(await waitForStatus(next, bad, 'dead')).toMatchObject({ lastErrorCode: 'INVALID_PAYLOAD', attemptCount: 1 });
+    // A version newer than this worker's: retried (for a newer worker), dead only when the attempts run out.
+    expect(await waitForStatus(next, newer, 'dead')).toMatchObject({ lastErrorCode: 'JOB_VERSION_TOO_NEW', attemptCount: 2 });
+    expect(seen.map((s) => s.id)).not.toContain(bad);
+    expect(seen.map((s) => s.id)).not.toContain(newer);
+  });
+
+  it('refuses upcasters without a definition', () => {
+    expect(() => fx.make().work('signups', async () => {}, { upcast: {} } as never)).toThrow(/upcasters need a job definition/);
   });
 });

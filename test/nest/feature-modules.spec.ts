@@ -315,3 +315,51 @@ describe('the app-level ScheduleModule with feature modules', () => {
     }
   });
 });
+
+describe('defineJob in the Nest module', () => {
+  it('registerQueue({ job }) validates at enqueue, @JobHandler(definition, { upcast }) gets the current shape', async () => {
+    const { z } = await import('zod');
+    const { defineJob } = await import('../../lib/index.js');
+    const Welcome = defineJob('welcome', { schema: z.object({ to: z.email(), name: z.string() }), version: 2 });
+    const received: unknown[] = [];
+    @Injectable()
+    class WelcomeJobs {
+      @JobHandler(Welcome, { upcast: { 1: (old: { email: string }) => ({ to: old.email, name: 'friend' }) } })
+      async send(job: Job<{ to: string; name: string }>): Promise<void> {
+        received.push(job.payload);
+      }
+    }
+    @Module({ imports: [PgQueueModule.registerQueue({ job: Welcome })], providers: [WelcomeJobs] })
+    class WelcomeModule {}
+    const database = await createTestDatabase('feature-define');
+    try {
+      const app = await Test.createTestingModule({ imports: [PgQueueModule.forRoot({ connectionString: database.url, pollIntervalMs: 100 }), WelcomeModule] })
+        .setLogger(new CapturingLogger())
+        .compile();
+      await app.init();
+      const welcome = app.get<Queue<{ to: string; name: string }>>('PgQueue:queue:welcome');
+      await expect(welcome.enqueue({ to: 'nope', name: 'x' })).rejects.toMatchObject({ code: 'INVALID_PAYLOAD', path: 'payload.to' });
+      await welcome.enqueue({ to: 'ada@example.com', name: 'Ada' });
+      // A job of the previous shape (version 1), as an older deploy enqueued it.
+      await app.get(QueueService).enqueue('welcome', { email: 'grace@example.com' } as never);
+      await drainQueues(app);
+      expect(received).toEqual(expect.arrayContaining([{ to: 'ada@example.com', name: 'Ada' }, { to: 'grace@example.com', name: 'friend' }]));
+      await app.close();
+    } finally {
+      await database.drop();
+    }
+  });
+
+  it('refuses upcast on a handler declared by queue name', async () => {
+    @Injectable()
+    class Wrong {
+      @JobHandler('wrong', { upcast: {} })
+      async handle(): Promise<void> {}
+    }
+    const app = await Test.createTestingModule({ imports: [PgQueueModule.forRoot({ connectionString: 'postgres://127.0.0.1:1/none' })], providers: [Wrong] })
+      .setLogger(new CapturingLogger())
+      .compile();
+    await expect(app.init()).rejects.toThrow(/Wrong\.handle\.upcast.*upcasters need a job definition/);
+    await app.close();
+  });
+});

@@ -34,6 +34,8 @@ export interface ClaimedJob {
   leaseMsLeft: number;
   leaseAtDeadline: boolean;
   traceContext: TraceCarrier | null;
+  /** The payload shape's version it was enqueued with (defineJob), or null. */
+  payloadVersion: number | null;
   waitedMs: number;
 }
 
@@ -52,6 +54,7 @@ interface ClaimedRow {
   lease_ms_left: number;
   lease_at_deadline: boolean;
   trace_context: TraceCarrier | null;
+  payload_version: number | null;
   waited_ms: number;
 }
 
@@ -132,7 +135,7 @@ export function claimStatements({ define, s, jobs, events }: StatementContext) {
                  j.lease_token::text AS lease_token, j.created_at, j.deadline_at, j.ordering_key,
                  (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
                  j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
-                 j.trace_context,
+                 j.trace_context, j.payload_version,
                  (extract(epoch FROM now() - j.available_at) * 1000)::float8 AS waited_ms`,
       (p: ClaimParams) => [p.queue, p.owner, p.limit, p.leaseMs, p.maxRuntimeMs, p.maxAttempts, p.backoffBaseMs, p.backoffMaxMs, p.oldestFirst],
       (rows: ClaimedRow[]): ClaimedJob[] =>
@@ -151,6 +154,7 @@ export function claimStatements({ define, s, jobs, events }: StatementContext) {
           leaseMsLeft: r.lease_ms_left,
           leaseAtDeadline: r.lease_at_deadline,
           traceContext: r.trace_context,
+          payloadVersion: r.payload_version,
           waitedMs: r.waited_ms,
         })),
     ),

@@ -1,0 +1,11 @@
+-- 0008: the version of a job's payload shape (defineJob's `version`), stored with the job.
+--
+-- NULL for a job enqueued without a definition (and for every job enqueued before this
+-- migration): a handler with a definition reads NULL as version 1. Adding a nullable column
+-- without a default changes no row (no table rewrite, a brief ACCESS EXCLUSIVE lock).
+--
+-- Compatible with the previous version: its statements never name the column, so they keep
+-- working; a job an older process enqueues has no version (version 1 to a handler).
+-- No CHECK: PostgreSQL evaluates every CHECK on every UPDATE of the row (each claim and
+-- completion); defineJob validates the version before it is ever written.
+ALTER TABLE jobs ADD COLUMN payload_version integer;
