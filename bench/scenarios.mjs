@@ -144,6 +144,7 @@ export async function sustained(sys, { seconds, intervalSeconds, pinFromSeconds,
     const cpu = cpuMeter();
     await sys.startWorker({ concurrency, settings, handler: () => (handled += 1) });
     const t0 = performance.now();
+    let producerError;
     const producer = (async () => {
       while (!stopping) {
         const missing = backlog - (enqueued - handled);
@@ -155,7 +156,10 @@ export async function sustained(sys, { seconds, intervalSeconds, pinFromSeconds,
         await sys.enqueueMany(range(enqueued, enqueued + n).map(payloadOf));
         enqueued += n;
       }
-    })();
+    })().catch((error) => {
+      // Kept until the end (the snapshot must still be released); thrown then.
+      producerError = error;
+    });
     // The timeline: interval boundaries, the snapshot taken and released, in time order.
     const steps = [
       ...range(1, Math.floor(seconds / intervalSeconds) + 1).map((k) => ({ at: k * intervalSeconds, kind: 'interval' })),
@@ -183,6 +187,7 @@ export async function sustained(sys, { seconds, intervalSeconds, pinFromSeconds,
     }
     stopping = true;
     await producer;
+    if (producerError) throw producerError;
     events.push({ at: round((performance.now() - t0) / 1000), kind: 'end', tables: await tables() });
     const rate = (from, to) => {
       const inside = intervals.filter((i) => i.from >= from && i.to <= to);
