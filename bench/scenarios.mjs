@@ -166,14 +166,25 @@ export async function sustained(sys, { seconds, intervalSeconds, pinFromSeconds,
       { at: pinFromSeconds, kind: 'pin' },
       { at: pinToSeconds, kind: 'unpin' },
     ].sort((a, b) => a.at - b.at || (a.kind === 'interval' ? -1 : 1));
-    let last = { at: 0, handled: 0, enqueued };
+    const indexReads = (stats) => stats.reduce((a, t) => a + Object.values(t.indexes).reduce((b, i) => b + Number(i.tupRead), 0), 0);
+    let last = { at: 0, handled: 0, enqueued, indexReads: indexReads(await tables()) };
     for (const step of steps) {
       await sleep(Math.max(0, t0 + step.at * 1000 - performance.now()));
       const now = (performance.now() - t0) / 1000;
       if (step.kind === 'interval') {
         const h = handled;
-        intervals.push({ from: last.at, to: step.at, jobsPerSecond: (h - last.handled) / (now - last.at), enqueuedPerSecond: (enqueued - last.enqueued) / (now - last.at), backlog: enqueued - h });
-        last = { at: step.at, handled: h, enqueued };
+        const e = enqueued;
+        const reads = indexReads(await tables());
+        intervals.push({
+          from: last.at,
+          to: step.at,
+          jobsPerSecond: (h - last.handled) / (now - last.at),
+          enqueuedPerSecond: (e - last.enqueued) / (now - last.at),
+          backlog: e - h,
+          // Index entries read (the job tables' indexes, pg_stat_user_indexes.idx_tup_read) per job handled.
+          indexReadsPerJob: h > last.handled ? (reads - last.indexReads) / (h - last.handled) : Number.NaN,
+        });
+        last = { at: step.at, handled: h, enqueued: e, indexReads: reads };
       } else if (step.kind === 'pin') {
         await pin.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
         await pin.query(`SELECT 1 FROM "${schema}"."${sys.jobTables[0]}" LIMIT 1`);
@@ -211,13 +222,19 @@ export async function sustained(sys, { seconds, intervalSeconds, pinFromSeconds,
   }
 }
 
-/** Live and dead tuples (pg_stat_user_tables, as of the last stats flush) and total size of `tables` in `schema`. */
+/**
+ * Live and dead tuples (pg_stat_user_tables, as of the last stats flush) and total size of
+ * `tables` in `schema`; per index, its size and the index entries read so far (idx_tup_read:
+ * what claims and completions step over).
+ */
 export async function tableStats(benchUrl, schema, tables) {
   return withClient(benchUrl, async (c) => {
     const { rows } = await c.query(
       `SELECT relname AS table, n_live_tup::bigint::float8 AS live, n_dead_tup::bigint::float8 AS dead,
-              pg_total_relation_size(relid)::float8 AS bytes
-       FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = ANY($2) ORDER BY relname`,
+              pg_total_relation_size(relid)::float8 AS bytes,
+              (SELECT coalesce(jsonb_object_agg(i.indexrelname, jsonb_build_object('tupRead', i.idx_tup_read, 'bytes', pg_relation_size(i.indexrelid))), '{}')
+               FROM pg_stat_user_indexes i WHERE i.relid = t.relid) AS indexes
+       FROM pg_stat_user_tables t WHERE schemaname = $1 AND relname = ANY($2) ORDER BY relname`,
       [schema, tables],
     );
     return rows;

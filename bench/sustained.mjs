@@ -149,7 +149,7 @@ if (args.json) {
     const list = results.get(sys.key);
     if (!list.length) continue;
     lines.push(`${sys.label}: handler executions per ${intervalSeconds} s interval`);
-    const rows = [['interval', 'jobs/s', 'enqueued/s', 'queued at end', 'snapshot']];
+    const rows = [['interval', 'jobs/s', 'enqueued/s', 'queued at end', 'index reads/job', 'snapshot']];
     list[0].intervals.forEach((interval, i) => {
       const held = interval.from >= pinFromSeconds && interval.to <= pinToSeconds;
       rows.push([
@@ -157,6 +157,7 @@ if (args.json) {
         cell(list.map((x) => x.intervals[i]?.jobsPerSecond), formatRate),
         cell(list.map((x) => x.intervals[i]?.enqueuedPerSecond), formatRate),
         cell(list.map((x) => x.intervals[i]?.backlog), formatCount),
+        cell(list.map((x) => x.intervals[i]?.indexReadsPerJob), formatRate),
         held ? 'held' : '',
       ]);
     });
