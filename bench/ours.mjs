@@ -6,6 +6,10 @@ import pg from 'pg';
 import { instrumentPool } from './lib/diag.mjs';
 
 const QUEUE = 'bench';
+/** The queue of the backlog bench's "another queue" million (bench/backlog.mjs). */
+const OTHER_QUEUE = 'bench-other';
+/** Rows per INSERT … SELECT of fillBacklog. */
+const FILL_CHUNK = 100_000;
 const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
 /** PgQueue's default pool size (POOL_SIZE_DEFAULT, not exported by the barrel). */
 const POOL_SIZE = 10;
@@ -121,6 +125,39 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
       );
       started = true;
       await queue.start();
+    },
+
+    /** The tables that hold this system's jobs (the sustained bench reports their dead tuples). */
+    jobTables: ['jobs'],
+
+    /**
+     * bench/backlog.mjs: `rows` jobs beside the measured ones, in one plain INSERT … SELECT
+     * generate_series per 100,000 rows into the jobs table with its indexes in place (every index
+     * maintained row by row, as enqueueMany would), in the row shape enqueue() writes: `kind`
+     * 'other-queue' = ready ('pending', due now) in queue bench-other (declared), 'delayed' =
+     * 'scheduled' in this queue, due in an hour (enqueue puts a job not yet due there).
+     */
+    async fillBacklog({ rows, kind }) {
+      const other = kind === 'other-queue';
+      if (other) await queue.declareQueues([OTHER_QUEUE]);
+      for (let done = 0; done < rows; done += FILL_CHUNK) {
+        await queue.pool.query(
+          `INSERT INTO "${schema}".jobs (queue_name, payload, status, available_at)
+           SELECT $1, jsonb_build_object('i', g), $2::"${schema}".job_status, now() + $3 * interval '1 second'
+           FROM generate_series($4::int, $5::int) g`,
+          [other ? OTHER_QUEUE : QUEUE, other ? 'pending' : 'scheduled', other ? 0 : 3600, done + 1, Math.min(rows, done + FILL_CHUNK)],
+        );
+      }
+    },
+
+    /** counts() of the jobs enqueued after this call only (by id: a primary-key range, cheap beside a million rows). */
+    async since() {
+      const { rows } = await queue.pool.query(`SELECT coalesce(max(id), 0)::text AS id FROM "${schema}".jobs`);
+      const after = rows[0].id;
+      return async () => {
+        const { rows: byState } = await queue.pool.query(`SELECT status::text AS state, count(*)::int AS n FROM "${schema}".jobs WHERE id > $1 GROUP BY 1`, [after]);
+        return normalize(byState, 'succeeded');
+      };
     },
 
     async counts() {

@@ -5,12 +5,11 @@
 // engine (dist/engine), optionally beside peers, in a database of its own (bench_<random>) on the
 // server in DATABASE_URL, dropped at the end. Every measurement runs in a fresh schema; each figure
 // is the median of --runs runs (min–max beside it). See bench/README.md.
-import { execFileSync } from 'node:child_process';
-import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { pgBouncerVersion, startPgBouncer } from '../scripts/pgbouncer.mjs';
-import { createBenchDatabase, describeUrl, resetBetweenRuns, serverContext } from './lib/db.mjs';
+import { benchContext, contextLines, finishContext } from './lib/context.mjs';
+import { createBenchDatabase, dropOnSignals, resetBetweenRuns } from './lib/db.mjs';
 import { summarize } from './lib/stats.mjs';
 import ours, { loadEngine } from './ours.mjs';
 import { enqueueBulk, enqueueSingle, latency, processing, processingProcesses } from './scenarios.mjs';
@@ -278,32 +277,18 @@ const selected = !args.only
     : args.only.split(',').map((s) => s.trim());
 for (const key of selected) if (!scenarios.some((s) => s.key === key)) fail(`unknown scenario in --only: ${key}`);
 
-const context = {
-  date: new Date().toISOString(),
-  node: process.version,
-  cpus: os.cpus().length,
-  cpuModel: os.cpus()[0]?.model?.trim(),
-  memory: `${Math.round(os.totalmem() / 2 ** 30)} GiB`,
-  loadAverageAtStart: os.loadavg().map((x) => Math.round(x * 100) / 100),
-  server: describeUrl(serverUrl),
-  postgres: await serverContext(serverUrl),
-  systems: systems.map((s) => s.label),
-  engine: ours.enginePath ?? `dist/engine from ${gitDescribe()}`,
+const context = await benchContext(serverUrl, {
+  systems,
+  engine: ours.enginePath,
   topologies,
   pgbouncer: topologies.some((t) => TOPOLOGIES[t].pooler) ? pgBouncerVersion() : undefined,
   runs,
   quick: args.quick,
-};
+});
 
 const db = await createBenchDatabase(serverUrl);
 let interrupted = false;
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.once(signal, () => {
-    interrupted = true;
-    progress(`\n${signal}: dropping ${db.name}…`);
-    db.drop().finally(() => process.exit(130));
-  });
-}
+dropOnSignals(db, () => (interrupted = true));
 
 progress(`bench: database ${db.name} on ${context.server} (${context.postgres.kind}, PostgreSQL ${context.postgres.serverVersion}); ${runs} run(s); ${systems.map((s) => s.label).join(' vs ')}`);
 const started = Date.now();
@@ -357,8 +342,7 @@ try {
   await Promise.allSettled([...bouncers.values()].map((b) => b.stop()));
   await db.drop().catch((error) => progress(`could not drop ${db.name}: ${error.message}`));
 }
-context.loadAverageAtEnd = os.loadavg().map((x) => Math.round(x * 100) / 100);
-context.wallSeconds = Math.round((Date.now() - started) / 1000);
+finishContext(context, started);
 
 // One topology: ours (in it) beside optional peers. Several: each topology beside the first.
 const base = systems[0];
@@ -401,11 +385,8 @@ if (failed) progress('bench: a check failed for ours (see Checks): exit code 1.'
 process.exit(failed ? 1 : 0);
 
 function printTable() {
-  const pg = context.postgres;
   const lines = [
-    `Date: ${context.date}. Machine: Node ${context.node}, ${context.cpus} cores (${context.cpuModel}), ${context.memory}; load average ${context.loadAverageAtStart.join(' ')} at start, ${context.loadAverageAtEnd.join(' ')} at end`,
-    `PostgreSQL: ${pg.serverVersion} (${pg.kind} server${pg.kind === 'embedded' ? ', durability off' : ''}: ${context.server}); synchronous_commit=${pg.synchronousCommit}, fsync=${pg.fsync}, shared_buffers=${pg.sharedBuffers}`,
-    `Engine: ${context.engine}.${context.pgbouncer ? ` ${context.pgbouncer} (started by this run, in front of that server).` : ''}`,
+    ...contextLines(context, context.pgbouncer ? ` ${context.pgbouncer} (started by this run, in front of that server).` : ''),
     `Systems: ${context.systems.join(' vs ')}. Median of ${runs} run(s) [min–max]; ${context.wallSeconds} s in all.${args.quick ? ' QUICK sizes: a smoke test.' : ''}`,
     '',
   ];
@@ -461,17 +442,6 @@ function printTable() {
   if (peers.length) lines.push('', 'ours/peer: the ratio of the medians. For jobs/s above 1 means ours is faster; for ms below 1 means ours is faster.');
   if (variants.length) lines.push('', `÷ ${base.label}: each topology's median over ${base.label}'s. For jobs/s below 1 is a cost; for ms above 1 is.`);
   process.stdout.write(`${lines.join('\n')}\n`);
-}
-
-function gitDescribe() {
-  try {
-    const cwd = new URL('..', import.meta.url);
-    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'lib', 'migrations'], { cwd, encoding: 'utf8' }).trim();
-    return `${commit}${dirty ? ' + uncommitted changes in lib/ or migrations/' : ''}`;
-  } catch {
-    return 'an unknown commit';
-  }
 }
 
 function perSystem(fn) {

@@ -12,7 +12,8 @@ import { fork } from 'node:child_process';
 import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { analyze } from './lib/db.mjs';
+import pg from 'pg';
+import { analyze, withClient } from './lib/db.mjs';
 import { cpuMeter } from './lib/diag.mjs';
 import { percentile, sortedCopy } from './lib/stats.mjs';
 
@@ -115,6 +116,129 @@ export async function processingProcesses(sys, { processes, jobs, batch, concurr
     for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await Promise.all(exits);
   }
+}
+
+/**
+ * Sustained pressure (bench/sustained.mjs): `backlog` jobs preloaded, then for `seconds` a worker
+ * of `concurrency` handlers with `settings` processes while a producer tops the backlog up (jobs
+ * enqueued − handler executions, in calls of up to `batch` whenever at least half a call is
+ * missing), so the worker never runs dry. From `pinFromSeconds` to `pinToSeconds` another session
+ * holds a snapshot open (BEGIN ISOLATION LEVEL REPEATABLE READ; a SELECT from the job table; then
+ * idle): its xmin keeps vacuum from removing any row version that died meanwhile.
+ *
+ * Reports handler executions per `intervalSeconds` interval (jobs/s), and the dead tuples (and
+ * sizes) of the system's job tables (`sys.jobTables` in `schema`) when the snapshot is taken, just
+ * before it is released, and at the end.
+ */
+export async function sustained(sys, { seconds, intervalSeconds, pinFromSeconds, pinToSeconds, backlog, batch, concurrency, settings, benchUrl, schema }) {
+  await preload(sys, { jobs: backlog, batch, benchUrl });
+  let enqueued = backlog;
+  let handled = 0;
+  let stopping = false;
+  const pin = new pg.Client({ connectionString: benchUrl, application_name: 'pgqueue-bench-snapshot' });
+  await pin.connect();
+  const tables = () => tableStats(benchUrl, schema, sys.jobTables);
+  const events = [];
+  const intervals = [];
+  try {
+    const cpu = cpuMeter();
+    await sys.startWorker({ concurrency, settings, handler: () => (handled += 1) });
+    const t0 = performance.now();
+    let producerError;
+    const producer = (async () => {
+      while (!stopping) {
+        const missing = backlog - (enqueued - handled);
+        if (missing < batch / 2) {
+          await sleep(10);
+          continue;
+        }
+        const n = Math.min(batch, missing);
+        await sys.enqueueMany(range(enqueued, enqueued + n).map(payloadOf));
+        enqueued += n;
+      }
+    })().catch((error) => {
+      // Kept until the end (the snapshot must still be released); thrown then.
+      producerError = error;
+    });
+    // The timeline: interval boundaries, the snapshot taken and released, in time order.
+    const steps = [
+      ...range(1, Math.floor(seconds / intervalSeconds) + 1).map((k) => ({ at: k * intervalSeconds, kind: 'interval' })),
+      { at: pinFromSeconds, kind: 'pin' },
+      { at: pinToSeconds, kind: 'unpin' },
+    ].sort((a, b) => a.at - b.at || (a.kind === 'interval' ? -1 : 1));
+    const indexReads = (stats) => stats.reduce((a, t) => a + Object.values(t.indexes).reduce((b, i) => b + Number(i.tupRead), 0), 0);
+    let last = { at: 0, handled: 0, enqueued, indexReads: indexReads(await tables()) };
+    for (const step of steps) {
+      await sleep(Math.max(0, t0 + step.at * 1000 - performance.now()));
+      const now = (performance.now() - t0) / 1000;
+      if (step.kind === 'interval') {
+        const h = handled;
+        const e = enqueued;
+        const reads = indexReads(await tables());
+        intervals.push({
+          from: last.at,
+          to: step.at,
+          jobsPerSecond: (h - last.handled) / (now - last.at),
+          enqueuedPerSecond: (e - last.enqueued) / (now - last.at),
+          backlog: e - h,
+          // Index entries read (the job tables' indexes, pg_stat_user_indexes.idx_tup_read) per job handled.
+          indexReadsPerJob: h > last.handled ? (reads - last.indexReads) / (h - last.handled) : Number.NaN,
+        });
+        last = { at: step.at, handled: h, enqueued: e, indexReads: reads };
+      } else if (step.kind === 'pin') {
+        await pin.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+        await pin.query(`SELECT 1 FROM "${schema}"."${sys.jobTables[0]}" LIMIT 1`);
+        const { rows } = await pin.query('SELECT backend_xmin::text AS xmin FROM pg_stat_activity WHERE pid = pg_backend_pid()');
+        events.push({ at: round(now), kind: 'snapshot taken', xmin: rows[0].xmin, tables: await tables() });
+      } else {
+        const atEnd = await tables();
+        await pin.query('COMMIT');
+        events.push({ at: round(now), kind: 'snapshot released', tables: atEnd });
+      }
+    }
+    stopping = true;
+    await producer;
+    if (producerError) throw producerError;
+    events.push({ at: round((performance.now() - t0) / 1000), kind: 'end', tables: await tables() });
+    const rate = (from, to) => {
+      const inside = intervals.filter((i) => i.from >= from && i.to <= to);
+      const span = inside.reduce((a, i) => a + (i.to - i.from), 0);
+      return span ? inside.reduce((a, i) => a + i.jobsPerSecond * (i.to - i.from), 0) / span : Number.NaN;
+    };
+    const first = rate(0, pinFromSeconds);
+    const pinned = rate(pinFromSeconds, pinToSeconds);
+    const after = rate(pinToSeconds, seconds);
+    return {
+      intervals,
+      first,
+      pinned,
+      after,
+      events,
+      detail: { enqueued, handled, ...cpu.stop(), ...sys.diagnostics() },
+    };
+  } finally {
+    stopping = true;
+    await pin.end().catch(() => {});
+  }
+}
+
+/**
+ * Live and dead tuples (pg_stat_user_tables, as of the last stats flush) and total size of
+ * `tables` in `schema`; per index, its size and the index entries read so far (idx_tup_read:
+ * what claims and completions step over).
+ */
+export async function tableStats(benchUrl, schema, tables) {
+  return withClient(benchUrl, async (c) => {
+    const { rows } = await c.query(
+      `SELECT relname AS table, n_live_tup::bigint::float8 AS live, n_dead_tup::bigint::float8 AS dead,
+              pg_total_relation_size(relid)::float8 AS bytes,
+              (SELECT coalesce(jsonb_object_agg(i.indexrelname, jsonb_build_object('tupRead', i.idx_tup_read, 'bytes', pg_relation_size(i.indexrelid))), '{}')
+               FROM pg_stat_user_indexes i WHERE i.relid = t.relid) AS indexes
+       FROM pg_stat_user_tables t WHERE schemaname = $1 AND relname = ANY($2) ORDER BY relname`,
+      [schema, tables],
+    );
+    return rows;
+  });
 }
 
 /** `jobs` jobs inserted in calls of `batch` before any worker starts, then ANALYZE. */

@@ -46,6 +46,17 @@ export async function createBenchDatabase(serverUrl) {
   };
 }
 
+/** On Ctrl-C (or SIGTERM, SIGHUP): `onSignal()`, then drop `db` and exit 130. */
+export function dropOnSignals(db, onSignal = () => {}) {
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+    process.once(signal, () => {
+      onSignal(signal);
+      process.stderr.write(`\n${signal}: dropping ${db.name}…\n`);
+      db.drop().finally(() => process.exit(130));
+    });
+  }
+}
+
 /** What the report says about the server. */
 export async function serverContext(url) {
   return withClient(url, async (c) => {

@@ -26,6 +26,14 @@ import { readFileSync } from 'node:fs';
 import { Logger, makeWorkerUtils, run } from 'graphile-worker';
 
 const TASK = 'bench';
+/**
+ * The backlog bench's "another queue" (bench/backlog.mjs): another task identifier, which the
+ * measured worker has no task for. (A graphile-worker `queueName` is not that: it runs its jobs
+ * one at a time.)
+ */
+const OTHER_TASK = 'bench-other';
+/** Jobs per addJobs() call of fillBacklog. */
+const FILL_CHUNK = 10_000;
 const POOL_SIZE = 10; // graphile-worker's default maxPoolSize, the same as ours
 // Its package.json is not in its exports: read it from node_modules.
 const version = JSON.parse(readFileSync(new URL('../../node_modules/graphile-worker/package.json', import.meta.url), 'utf8')).version;
@@ -94,6 +102,38 @@ export async function open({ url, schema }) {
           },
         },
       });
+    },
+
+    /** The tables that hold this system's jobs (the sustained bench reports their dead tuples). */
+    jobTables: ['_private_jobs'],
+
+    /**
+     * bench/backlog.mjs: `rows` jobs beside the measured ones through its own bulk path,
+     * WorkerUtils.addJobs() (one add_jobs statement per 10,000 jobs, the indexes in place):
+     * 'other-queue' = ready jobs of task bench-other, 'delayed' = this task, runAt in an hour.
+     */
+    async fillBacklog({ rows, kind }) {
+      const other = kind === 'other-queue';
+      const runAt = other ? undefined : new Date(Date.now() + 3_600_000);
+      for (let done = 0; done < rows; done += FILL_CHUNK) {
+        const specs = [];
+        for (let i = done; i < Math.min(rows, done + FILL_CHUNK); i++) specs.push({ identifier: other ? OTHER_TASK : TASK, payload: { i }, ...(runAt ? { runAt } : {}) });
+        await utils.addJobs(specs);
+      }
+    },
+
+    /** counts() of the jobs enqueued through this handle after this call only (rows of a higher id). */
+    async since() {
+      const { rows } = await utils.withPgClient((client) => client.query(`SELECT coalesce(max(id), 0)::text AS id FROM "${schema}"._private_jobs`));
+      const after = rows[0].id;
+      const enqueuedBefore = enqueued;
+      return async () => {
+        const { rows: left } = await utils.withPgClient((client) =>
+          client.query(`SELECT count(*)::int AS n FROM "${schema}"._private_jobs WHERE id > $1`, [after]),
+        );
+        const mine = enqueued - enqueuedBefore;
+        return { total: mine, succeeded: mine - left[0].n, byState: { completed: mine - left[0].n, left: left[0].n } };
+      };
     },
 
     /**

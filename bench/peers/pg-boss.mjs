@@ -26,6 +26,10 @@ import { createRequire } from 'node:module';
 import { PgBoss } from 'pg-boss';
 
 const QUEUE = 'bench';
+/** The backlog bench's "another queue" (bench/backlog.mjs): created like QUEUE, so in the same table (job_common). */
+const OTHER_QUEUE = 'bench-other';
+/** Jobs per insert() call of fillBacklog. */
+const FILL_CHUNK = 10_000;
 const MIN_POLLING_INTERVAL_SECONDS = 0.5; // pg-boss's minimum (its default is 2)
 const TUNED_HELD = 500;
 const POOL_SIZE = 10; // pg-boss's default `max`, the same as ours
@@ -104,6 +108,39 @@ export async function open({ url, schema, settings = 'defaults' }) {
       await boss.work(QUEUE, options, async (jobs) => {
         for (const job of jobs) await handler(job.data);
       });
+    },
+
+    /** The tables that hold this system's jobs (the sustained bench reports their dead tuples): the default partition every queue made without `partition: true` shares. */
+    jobTables: ['job_common'],
+
+    /**
+     * bench/backlog.mjs: `rows` jobs beside the measured ones through its own bulk path,
+     * insert() (one statement per 10,000 jobs, the indexes in place): 'other-queue' = ready jobs
+     * of queue bench-other (created like this one, so in the same job_common table), 'delayed' =
+     * this queue, startAfter in an hour.
+     */
+    async fillBacklog({ rows, kind }) {
+      const other = kind === 'other-queue';
+      if (other) await boss.createQueue(OTHER_QUEUE, { notify });
+      const startAfter = other ? undefined : new Date(Date.now() + 3_600_000);
+      for (let done = 0; done < rows; done += FILL_CHUNK) {
+        const jobs = [];
+        for (let i = done; i < Math.min(rows, done + FILL_CHUNK); i++) jobs.push({ data: { i }, ...(startAfter ? { startAfter } : {}) });
+        await boss.insert(other ? OTHER_QUEUE : QUEUE, jobs);
+      }
+    },
+
+    /** counts() of the jobs created after this call only (index job_i15 on (name, created_on): cheap beside a million rows). */
+    async since() {
+      const { rows } = await boss.getDb().executeSql('SELECT now() AS t');
+      const after = rows[0].t;
+      return async () => {
+        const { rows: byState } = await boss
+          .getDb()
+          .executeSql(`SELECT state::text AS state, count(*)::int AS n FROM "${schema}".job WHERE name = $1 AND created_on >= $2 GROUP BY 1`, [QUEUE, after]);
+        const states = Object.fromEntries(byState.map((r) => [r.state, r.n]));
+        return { total: byState.reduce((a, r) => a + r.n, 0), succeeded: states.completed ?? 0, byState: states };
+      };
     },
 
     async counts() {
