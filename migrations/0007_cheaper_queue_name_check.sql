@@ -7,7 +7,7 @@
 -- the bounded repetition {0,127} into 127 copies of its class, and a match took 3.5 µs for a
 -- 5-character name and 16 µs for a 24-character one (bench/probes/check-costs.mjs), a sixth of the
 -- claim's server time and as much again at each completion and enqueue. The same rule, as a length
--- test and an unbounded repetition, takes 0.1-0.5 µs.
+-- test and an unbounded repetition, takes 0.1-0.7 µs.
 --
 -- Why a cheaper CHECK rather than moving the rule off the UPDATE path: a trigger that runs only
 -- when queue_name is written costs a PL/pgSQL call (~1-2 µs) per enqueued job, more than this CHECK
@@ -15,7 +15,7 @@
 -- type of every statement that returns queue_name: a statement an older process prepared before
 -- this migration would then fail on each call ("cached plan must not change result type", 0A000).
 -- A foreign key to queues would cost a lookup and a KEY SHARE lock of the queue's row per job.
--- The other CHECKs of jobs stay: together they cost under 0.1 µs per update, and
+-- The other CHECKs of jobs stay: each costs 0.1-0.3 µs per update, and
 -- jobs_running_has_lease guards the state machine.
 --
 -- The engine validates queue names before any SQL runs (INVALID_QUEUE_NAME), so its callers never

@@ -22,8 +22,8 @@ try {
                    FROM generate_series(1, $1)`, [ROWS]);
     await c.query('VACUUM ANALYZE jobs');
     const { rows: cons } = await c.query(`SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = 'jobs'::regclass AND contype = 'c' ORDER BY conname`);
-    const exprs = [{ conname: '(baseline: id > 0)', expr: 'id > 0' }, ...cons.map((r) => ({ conname: r.conname, expr: r.def.replace(/^CHECK /, '') }))];
-    if (args.includes('--with-regex') && !cons.some((r) => r.conname === 'jobs_queue_name_check')) exprs.push({ conname: 'jobs_queue_name_check (0001)', expr: `(queue_name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$')` });
+    const exprs = [{ conname: '(baseline: id > 0)', expr: 'id > 0' }, ...cons.map((r) => ({ conname: r.conname, expr: r.def.replace(/^CHECK /, '').replace(/ NOT VALID$/, '') }))];
+    if (args.includes('--with-regex') && !cons.some((r) => r.def.includes('{0,127}'))) exprs.push({ conname: 'jobs_queue_name_check (0001)', expr: `(queue_name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$')` });
     const time = async (expr) => {
       const { rows } = await c.query(`EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) SELECT count(*) FROM jobs WHERE (${expr}) IS NOT FALSE`);
       return rows[0]['QUERY PLAN'][0]['Execution Time'];
