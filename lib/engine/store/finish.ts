@@ -125,7 +125,8 @@ export function finishStatements({ define, s, jobs, events, status }: StatementC
      * by (id, token): one batch may hold a stale and a current completion of the same job, and only
      * the current one is applied. `status` is the row's status before this statement (a retried
      * write learns from it whether its earlier try committed). The worker's lease_owner stays on
-     * the row: it says who finished the job (see fenceLossCode).
+     * the row: it says who finished the job (see fenceLossCode). Rows come applied first, then
+     * refused, not in input order.
      * $1 ids, $2 tokens, $3 owner.
      */
     completeMany: define(
@@ -142,17 +143,28 @@ export function finishStatements({ define, s, jobs, events, status }: StatementC
          WHERE j.id = ANY ($1::bigint[]) AND coalesce((j.id, j.lease_token) IN (SELECT id, token FROM input), false)
            AND ${fenceHolds('j', '$3')}
          RETURNING j.id, j.lease_token AS token, j.queue_name, j.ordering_key
-       ), ${releaseKeys(s, keysOf('done'))}, lost AS (
-         INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
-         SELECT j.id, 'lost_fence', j.status, j.attempt_count, i.token, $3, ${fenceLossCode('j', 'i.token', '$3')}
-         FROM input i JOIN ${jobs} j ON j.id = i.id
+       ), ${releaseKeys(s, keysOf('done'))}, refused AS (
+         -- Only the refused rows are read again: an applied row's status before this statement was
+         -- 'running' (the fence says so), and the common batch, all applied, reads nothing more.
+         -- One primary-key probe per refused row: LIMIT keeps the LATERAL a probe (without it the
+         -- subquery is pulled up into a join, which stale statistics can make a scan of jobs).
+         SELECT i.id, i.token, j.id AS job_id, j.status, j.attempt_count,
+                CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token', '$3')} END AS loss
+         FROM input i
+           LEFT JOIN LATERAL (SELECT x.id, x.status, x.attempt_count, x.lease_token, x.lease_owner FROM ${jobs} x WHERE x.id = i.id LIMIT 1) j ON true
          WHERE (i.id, i.token) NOT IN (SELECT id, token FROM done)
+       ), lost AS (
+         INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
+         SELECT r.job_id, 'lost_fence', r.status, r.attempt_count, r.token, $3, r.loss
+         FROM refused r WHERE r.job_id IS NOT NULL
        )
-       SELECT i.id::text AS id, i.token::text AS token, (i.id, i.token) IN (SELECT id, token FROM done) AS applied,
-              CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token', '$3')} END AS loss,
-              j.status::text AS status,
+       SELECT d.id::text AS id, d.token::text AS token, true AS applied, NULL AS loss, 'running' AS status,
               ${RELEASED_KEYS_COLUMNS}
-       FROM input i LEFT JOIN ${jobs} j ON j.id = i.id`,
+       FROM done d
+       UNION ALL
+       SELECT r.id::text, r.token::text, false, r.loss, r.status::text,
+              ${RELEASED_KEYS_COLUMNS}
+       FROM refused r`,
       (p: CompleteManyParams) => [p.ids, p.tokens, p.owner],
       (rows: ({ id: string; token: string; applied: boolean; loss: string; status: string | null } & ReleasedKeysRow)[]) => ({
         rows: rows.map((r): CompletionRow => (r.applied ? { id: r.id, token: r.token, status: r.status, ok: true } : { id: r.id, token: r.token, status: r.status, ...lost(r.loss) })),

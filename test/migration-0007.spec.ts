@@ -1,0 +1,106 @@
+import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { MIGRATIONS_DIR, migrate } from '../lib/engine/migrator.js';
+import { createStore } from '../lib/engine/store/index.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+
+/**
+ * 0007 rewrites the queue-name CHECK of jobs (evaluated on every UPDATE of a job) without the
+ * bounded repetition that made each evaluation cost microseconds. It upgrades a live database of
+ * 0006's schema: the jobs of every state stay as they were, a claim prepared before it still runs
+ * after it (an older process's statements), and the rule is the same as before.
+ */
+
+let db: TestDatabase;
+let pool: pg.Pool;
+let scratch: string;
+const schema = 'm0007';
+const store = createStore(schema);
+const claimOf = (owner: string) =>
+  ({ queue: 'mq', owner, limit: 1, leaseMs: 60_000, maxRuntimeMs: 60_000, maxAttempts: 5, backoffBaseMs: 0, backoffMaxMs: 0, oldestFirst: 0 }) as const;
+
+beforeAll(async () => {
+  db = await createTestDatabase('migration0007');
+  pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  scratch = await mkdtemp(join(tmpdir(), 'pgq-m0007-'));
+});
+
+afterAll(async () => {
+  await pool?.end();
+  await db?.drop();
+  if (scratch) await rm(scratch, { recursive: true, force: true });
+});
+
+async function errorOf(promise: Promise<unknown>): Promise<pg.DatabaseError> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as pg.DatabaseError;
+  }
+  throw new Error('expected the statement to fail');
+}
+
+test('0007 upgrades a live database of the previous schema: no job lost, old statements still run, bad names still refused', async () => {
+  // Today's schema up to 0006, from a copy of the package's files without 0007 and later.
+  const before = await mkdtemp(join(scratch, 'migrations-'));
+  for (const name of await readdir(MIGRATIONS_DIR)) if (name.endsWith('.sql') && name < '0007') await copyFile(join(MIGRATIONS_DIR, name), join(before, name));
+  await migrate(pool, { schema, migrationsDir: before });
+  // Today's statements stand in for an older process's; they read payload_version (0008), so the
+  // column is added ahead here, as 0008 adds it (nullable, no default).
+  await pool.query(`ALTER TABLE ${schema}.jobs ADD COLUMN payload_version integer`);
+  expect((await pool.query(`SELECT conname FROM pg_constraint WHERE conrelid = '${schema}.jobs'::regclass AND conname = 'jobs_queue_name_check'`)).rowCount).toBe(1);
+
+  // A queue at work: a running job (claimed on a connection that keeps its prepared claim), a
+  // succeeded one, a pending one, a keyed one waiting behind its key's head, a delayed one.
+  await store.declareQueues(pool, { queues: ['mq'] });
+  const row = (k: string | null, d: number | null = null) => ({ q: 'mq', json: '{}', pr: 0, at: null, d, ma: null, mr: null, tc: null, k, v: null });
+  const ids = await store.enqueue(pool, { jobs: [row(null), row(null), row(null), row('key'), row('key'), row(null, 3_600_000)], channel: 'c', schedulerTopic: 't' });
+  const old = await pool.connect();
+  try {
+    const [done] = await store.claim(old, claimOf('w1'));
+    const completed = await store.completeMany(old, { ids: [done!.id], tokens: [done!.leaseToken], owner: 'w1' });
+    expect(completed.rows).toEqual([{ id: done!.id, token: done!.leaseToken, status: 'running', ok: true }]);
+    const [running] = await store.claim(old, claimOf('w1'));
+    const states = async () => (await pool.query(`SELECT id::text, status, key_waiting, lease_token::text FROM ${schema}.jobs ORDER BY id`)).rows;
+    const seen = await states();
+    expect(seen.map((r) => r.status)).toEqual(['succeeded', 'running', 'pending', 'pending', 'pending', 'scheduled']);
+    expect(seen.map((r) => r.key_waiting)).toEqual([false, false, false, false, true, false]);
+
+    const upTo0007 = await mkdtemp(join(scratch, 'migrations-'));
+    for (const name of await readdir(MIGRATIONS_DIR)) if (name.endsWith('.sql') && name < '0008') await copyFile(join(MIGRATIONS_DIR, name), join(upTo0007, name));
+    const report = await migrate(pool, { schema, migrationsDir: upTo0007 });
+    expect(report.applied).toEqual(['0007_cheaper_queue_name_check.sql']);
+    expect(await states()).toEqual(seen);
+    expect(seen.map((r) => r.id)).toEqual(ids);
+
+    // The connection that prepared the claim and the completion before the migration runs them again.
+    const [next] = await store.claim(old, claimOf('w1'));
+    expect(next).toMatchObject({ id: ids[2], queue: 'mq', attempt: 1 });
+    const finished = await store.completeMany(old, { ids: [running!.id, next!.id], tokens: [running!.leaseToken, next!.leaseToken], owner: 'w1' });
+    expect(finished.rows.every((r) => r.ok)).toBe(true);
+  } finally {
+    old.release();
+  }
+
+  // The same rule, without a bounded repetition ({0,127}: PostgreSQL's regex engine expands it).
+  const defs = await pool.query(`SELECT conrelid::regclass::text AS rel, pg_get_constraintdef(oid) AS def FROM pg_constraint
+                                 WHERE conname IN ('jobs_queue_name_check', 'queues_name_check') AND connamespace = '${schema}'::regnamespace`);
+  expect(defs.rows).toHaveLength(2);
+  for (const { def } of defs.rows) expect(def).not.toMatch(/\{/);
+  const cases: [string, boolean][] = [
+    ['a', true], ['mq.other', true], ['Q_1:x-y', true], ['9', true], ['a'.repeat(128), true],
+    ['a'.repeat(129), false], ['', false], ['-dash-first', false], ['_under', false], ['bad name!', false], ['é', false], ['a\nb', false],
+  ];
+  for (const [name, ok] of cases) {
+    for (const write of [
+      () => pool.query(`INSERT INTO ${schema}.jobs (queue_name, payload) VALUES ($1, '{}')`, [name]),
+      () => pool.query(`UPDATE ${schema}.jobs SET queue_name = $1 WHERE id = $2`, [name, ids[5]]),
+      () => pool.query(`INSERT INTO ${schema}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`, [name]),
+    ]) {
+      if (ok) await write();
+      else expect(await errorOf(write())).toMatchObject({ code: '23514', constraint: expect.stringMatching(/^(jobs_queue_name_check|queues_name_check)$/) });
+    }
+  }
+});
