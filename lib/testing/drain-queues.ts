@@ -3,6 +3,7 @@ import { PgQueueError, type PgQueue } from '../engine/index.js';
 import { PgQueueExplorer } from '../nest/pg-queue.explorer.js';
 import { PG_QUEUE_ENGINE } from '../pg-queue.constants.js';
 import { DRAIN_TIMEOUT, ENGINE_NOT_FOUND } from '../pg-queue.messages.js';
+import { waitUntil, type Look } from './wait-until.js';
 
 /** Anything Nest can resolve providers from: an application, its context, or a `TestingModule`. */
 export type ProviderSource = Pick<INestApplicationContext, 'get'>;
@@ -30,7 +31,7 @@ export class DrainQueuesError extends PgQueueError {
     super(message);
   }
 }
-const DRAIN_INTERVAL_DEFAULT_MS = 25;
+export const DRAIN_INTERVAL_DEFAULT_MS = 25;
 
 /**
  * Resolves once every job of the handled queues that can still run before the timeout has
@@ -50,16 +51,16 @@ export async function drainQueues(app: ProviderSource, options: DrainQueuesOptio
   const timeoutMs = options.timeoutMs ?? DRAIN_TIMEOUT_DEFAULT_MS;
   const intervalMs = options.intervalMs ?? DRAIN_INTERVAL_DEFAULT_MS;
   if (queues.length === 0) return;
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const remainingMs = Math.max(0, deadline - Date.now());
-    // Scheduled jobs count when they fall due before the deadline (a retry waiting out its backoff).
-    const left = await engine.unfinished(queues, remainingMs);
-    const inFlight = queues.map((queue) => [queue, engine.inFlight(queue)] as const).filter(([, n]) => n > 0);
-    if (left.length === 0 && inFlight.length === 0) return;
-    if (remainingMs === 0) throw new DrainQueuesError('DRAIN_TIMEOUT', DRAIN_TIMEOUT(timeoutMs, describeLeft(left, inFlight)));
-    await new Promise((r) => setTimeout(r, Math.min(intervalMs, remainingMs)));
-  }
+  await waitUntil(
+    async (remainingMs): Promise<Look<void>> => {
+      // Scheduled jobs count when they fall due before the deadline (a retry waiting out its backoff).
+      const left = await engine.unfinished(queues, remainingMs);
+      const inFlight = queues.map((queue) => [queue, engine.inFlight(queue)] as const).filter(([, n]) => n > 0);
+      return left.length === 0 && inFlight.length === 0 ? { done: true, value: undefined } : { done: false, left: describeLeft(left, inFlight) };
+    },
+    { timeoutMs, intervalMs },
+    (left) => new DrainQueuesError('DRAIN_TIMEOUT', DRAIN_TIMEOUT(timeoutMs, left)),
+  );
 }
 
 function resolve<T>(app: ProviderSource, token: symbol | Function): T {
