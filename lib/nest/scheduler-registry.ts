@@ -10,14 +10,20 @@ import type { SchedulerRegistry } from '@nestjs/schedule';
  * methods twice. So the registry is the app's, found wherever it was imported (`strict: false`;
  * `ScheduleModule` is global).
  */
-export async function findSchedulerRegistry(moduleRef: ModuleRef): Promise<SchedulerRegistry | undefined> {
+export async function findSchedulerRegistry(
+  moduleRef: ModuleRef,
+  load: () => Promise<typeof import('@nestjs/schedule')> = () => import('@nestjs/schedule'),
+): Promise<SchedulerRegistry | undefined> {
   let schedule: typeof import('@nestjs/schedule');
   try {
-    schedule = await import('@nestjs/schedule');
+    schedule = await load();
   } catch (error) {
     // Not installed: the app has no ScheduleModule. Any other failure (a broken install) is not
     // hidden.
-    if ((error as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND') return undefined;
+    // ERR_MODULE_NOT_FOUND from Node's ESM loader; MODULE_NOT_FOUND from jest's module system
+    // (and CommonJS resolution), which would otherwise fail every jest user without it.
+    const code = (error as NodeJS.ErrnoException).code;
+    if ((code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && String((error as Error).message).includes('@nestjs/schedule')) return undefined;
     throw error;
   }
   try {
