@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { Controller, Get, Injectable, Module, Param, type INestApplication, type INestApplicationContext } from '@nestjs/common';
+import { Controller, Get, Injectable, Module, Param, type INestApplication } from '@nestjs/common';
 import { APP_FILTER, NestFactory } from '@nestjs/core';
 import { Interval, ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
@@ -22,7 +22,7 @@ import {
 } from '../../lib/index.js';
 import { drainQueues } from '../../lib/testing/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { CapturingLogger } from '../support/nest.js';
+import { CapturingLogger, nestSuite } from '../support/nest.js';
 
 interface WelcomeEmail {
   to: string;
@@ -55,26 +55,15 @@ class EmailsModule {}
 class AuditModule {}
 
 describe('feature modules: forRoot once, registerQueue and @InjectQueue', () => {
-  let database: TestDatabase;
-  const opened: INestApplicationContext[] = [];
+  const suite = nestSuite('feature');
 
-  beforeAll(async () => {
-    database = await createTestDatabase('feature');
-  });
-  afterEach(async () => {
-    for (const app of opened.splice(0)) await app.close();
-  });
-  afterAll(async () => {
-    await database?.drop();
-  });
-
-  const options = (extra: Partial<PgQueueModuleOptions> = {}): PgQueueModuleOptions => ({ connectionString: database.url, pollIntervalMs: 100, ...extra });
+  const options = (extra: Partial<PgQueueModuleOptions> = {}): PgQueueModuleOptions => ({ connectionString: suite.url, pollIntervalMs: 100, ...extra });
 
   async function boot(imports: unknown[], providers: unknown[] = [], logger = new CapturingLogger()) {
     const app = await Test.createTestingModule({ imports: imports as never[], providers: providers as never[] })
       .setLogger(logger)
       .compile();
-    opened.push(app);
+    suite.opened(app);
     await app.init();
     return { app, logger };
   }
@@ -115,7 +104,7 @@ describe('feature modules: forRoot once, registerQueue and @InjectQueue', () => 
       .setLogger(logger)
       .compile()
       .then(async (app) => {
-        opened.push(app);
+        suite.opened(app);
         await app.init();
       });
     const error = await attempt.catch((e: unknown) => e);
@@ -162,25 +151,15 @@ describe('feature modules: forRoot once, registerQueue and @InjectQueue', () => 
 });
 
 describe('autoStart: false, startProcessing() and stopProcessing()', () => {
-  let database: TestDatabase;
-  const opened: INestApplicationContext[] = [];
-  beforeAll(async () => {
-    database = await createTestDatabase('autostart');
-  });
-  afterEach(async () => {
-    for (const app of opened.splice(0)) await app.close();
-  });
-  afterAll(async () => {
-    await database?.drop();
-  });
+  const suite = nestSuite('autostart');
 
   it('starts no worker until asked, stops them on request, and starts them again', async () => {
     const app = await Test.createTestingModule({
-      imports: [PgQueueModule.forRoot({ connectionString: database.url, pollIntervalMs: 100, autoStart: false }), EmailsModule],
+      imports: [PgQueueModule.forRoot({ connectionString: suite.url, pollIntervalMs: 100, autoStart: false }), EmailsModule],
     })
       .setLogger(new CapturingLogger())
       .compile();
-    opened.push(app);
+    suite.opened(app);
     await app.init();
     const queue = app.get(QueueService);
     const { emails } = app.get(SignupService);
@@ -204,10 +183,10 @@ describe('autoStart: false, startProcessing() and stopProcessing()', () => {
   });
 
   it('refuses startProcessing in an API-only process', async () => {
-    const app = await Test.createTestingModule({ imports: [PgQueueModule.forRoot({ connectionString: database.url, processing: false })] })
+    const app = await Test.createTestingModule({ imports: [PgQueueModule.forRoot({ connectionString: suite.url, processing: false })] })
       .setLogger(new CapturingLogger())
       .compile();
-    opened.push(app);
+    suite.opened(app);
     await app.init();
     await expect(app.get(QueueService).startProcessing()).rejects.toThrow(/processing is false in this process/);
   });

@@ -1,8 +1,8 @@
 import 'reflect-metadata';
-import { Inject, Injectable, Scope, type INestApplicationContext } from '@nestjs/common';
+import { Inject, Injectable, Scope } from '@nestjs/common';
 import { REQUEST } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   InvalidOptionError,
   JobHandler,
@@ -19,8 +19,7 @@ import {
   type QueueEvent,
 } from '../../lib/index.js';
 import { drainQueues } from '../../lib/testing/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { CapturingLogger } from '../support/nest.js';
+import { CapturingLogger, nestSuite } from '../support/nest.js';
 
 @Injectable()
 class Greeter {
@@ -96,23 +95,13 @@ class EventedJobs {
 }
 
 describe('handler styles: @Processor classes, request-scoped handlers, @OnQueueEvent', () => {
-  let database: TestDatabase;
-  const opened: INestApplicationContext[] = [];
-  beforeAll(async () => {
-    database = await createTestDatabase('styles');
-  });
-  afterEach(async () => {
-    for (const app of opened.splice(0)) await app.close();
-  });
-  afterAll(async () => {
-    await database?.drop();
-  });
+  const suite = nestSuite('styles');
 
   async function compile(providers: unknown[], logger = new CapturingLogger()) {
-    const app = await Test.createTestingModule({ imports: [PgQueueModule.forRoot({ connectionString: database.url, pollIntervalMs: 100 })], providers: providers as never[] })
+    const app = await Test.createTestingModule({ imports: [PgQueueModule.forRoot({ connectionString: suite.url, pollIntervalMs: 100 })], providers: providers as never[] })
       .setLogger(logger)
       .compile();
-    opened.push(app);
+    suite.opened(app);
     return { app, logger };
   }
 

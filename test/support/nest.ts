@@ -1,4 +1,6 @@
-import type { LoggerService } from '@nestjs/common';
+import type { INestApplicationContext, LoggerService } from '@nestjs/common';
+import { afterAll, afterEach, beforeAll } from 'vitest';
+import { createTestDatabase, type TestDatabase } from './database.js';
 
 export interface LogLine {
   readonly level: 'log' | 'warn' | 'error' | 'debug' | 'verbose' | 'fatal';
@@ -42,4 +44,33 @@ export class CapturingLogger implements LoggerService {
     this.lines.push({ level, message: text, context });
     if (process.env.PGQ_TEST_LOGS) process.stderr.write(`[${level}] [${context ?? ''}] ${text}\n`);
   }
+}
+
+/**
+ * The setup every Nest suite repeats: a database of the suite's own (created before its tests,
+ * dropped after), and the applications its tests open, each closed when its test ends.
+ * `suite.url` is the database; `suite.opened(app)` keeps an app to close.
+ */
+export function nestSuite(label: string) {
+  let database: TestDatabase | undefined;
+  const apps: INestApplicationContext[] = [];
+  beforeAll(async () => {
+    database = await createTestDatabase(label);
+  });
+  afterEach(async () => {
+    for (const app of apps.splice(0)) await app.close();
+  });
+  afterAll(async () => {
+    await database?.drop();
+  });
+  return {
+    get url(): string {
+      if (!database) throw new Error(`nestSuite(${label}): the database exists only inside the suite's tests`);
+      return database.url;
+    },
+    opened<T extends INestApplicationContext>(app: T): T {
+      apps.push(app);
+      return app;
+    },
+  };
 }
