@@ -87,6 +87,11 @@ test("3. pause A (SIGSTOP) mid-job past its lease; B reclaims and finishes; A re
     const runs = await fx.executions([id!]);
     return runs.length === 1 ? runs : undefined;
   }, 10_000, 5);
+  // The execution row is written as the handler starts, before it sets its 1 s timer: paused at
+  // once, a loaded machine could stop A between the two, and on resume A's lease timer (already
+  // due) would abort a handler that has not begun its sleep, whose failure, not its completion,
+  // is then refused (seen once in CI under load). 200 ms in, the handler is inside its sleep.
+  await new Promise((r) => setTimeout(r, 200));
   await a.pause();
   const aLease = await fx.job(id!);
   expect((await fx.executions([id!]))[0]!.outcome).toBeNull(); // paused mid-job, not after it
