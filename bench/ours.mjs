@@ -100,8 +100,15 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
   let started = false;
   let sideTable = false;
 
+  // The `defined` variants: the same queue through a defineJob with a zod schema (validation on at
+  // enqueue and before each handler). Builds without defineJob skip them.
+  const { z } = await import('zod');
+  const defined = engine.defineJob ? engine.defineJob(QUEUE, { schema: z.object({ i: z.number().int() }) }) : undefined;
+
   return {
     enqueue: (payload) => queue.enqueue(QUEUE, payload),
+    /** enqueue() through the job definition (the `enqueue_single_defined` figure). */
+    enqueueDefined: defined ? (payload) => queue.enqueue(defined, payload) : undefined,
     /** `optionsOf(payload)`: per-job enqueue options (a variant's ordering key). */
     enqueueMany: (payloads, optionsOf) =>
       queue.enqueueMany(payloads.map((payload) => ({ queue: QUEUE, payload, ...(optionsOf ? { options: optionsOf(payload) } : {}) }))),
@@ -114,8 +121,9 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
       if (sideTable) await queue.pool.query(`CREATE TABLE ${side} (job_id bigint PRIMARY KEY)`);
       const insertSide = (db, job) => db.query({ text: `INSERT INTO ${side} (job_id) VALUES ($1)`, values: [job.id] });
       const env = { pool: queue.pool, insertSide, engine };
+      if (variant.defined && !defined) throw new Error('this build has no defineJob: the defined variants need one');
       queue.work(
-        QUEUE,
+        variant.defined ? defined : QUEUE,
         async (job, ctx) => {
           handler(job.payload);
           await work(job, ctx, env);

@@ -54,7 +54,8 @@ if (args.help) {
   --only LIST       comma-separated scenarios (default: the headline set, marked *):
                     enqueue_single*, enqueue_bulk*, process_tuned*, process_tuned_2p*,
                     process_defaults*, latency*, process_pf10, process_pf100, process_pf500, and the
-                    engine-only variants at prefetch 100: process_strict, process_keyed,
+                    engine-only variants at prefetch 100: process_strict, process_keyed, process_defined,
+                    enqueue_single_defined,
                     process_insert, process_complete_tx, process_effect, process_retry;
                     "all" for every one
   --max-seconds S   cap of one processing run (default 60, 20 with --quick)
@@ -168,6 +169,13 @@ const scenarios = [
     run: (sys) => enqueueSingle(sys, { jobs: sizes.single, inFlight: IN_FLIGHT }),
   },
   {
+    // Engine only, against enqueue.single: the same calls through a defineJob with a zod schema.
+    key: 'enqueue_single_defined',
+    variant: true,
+    declare: () => figure('enqueue.single.defined', 'jobs/s', 'higher', { jobs: sizes.single, inFlight: IN_FLIGHT, schema: 'zod: { i: int }' }),
+    run: (sys) => enqueueSingle({ ...sys, enqueue: sys.enqueueDefined }, { jobs: sizes.single, inFlight: IN_FLIGHT }),
+  },
+  {
     key: 'enqueue_bulk',
     headline: true,
     declare: () => figure('enqueue.bulk', 'jobs/s', 'higher', { jobs: sizes.bulk, batch: BATCH, inFlight: 1 }),
@@ -213,6 +221,7 @@ const scenarios = [
     ['process_complete_tx', 'completeTx', { handler: 'complete-tx' }, 'inserts one row inside ctx.complete(tx => …)'],
     ['process_effect', 'effect', { handler: 'effect' }, "ctx.effect('call', async key => …): a started and a confirmed record"],
     ['process_retry', 'failOnce', { handler: 'fail-once', executionsPerJob: 2 }, 'throws RetryableJobError (retryAfterMs 0) on attempt 1, then succeeds'],
+    ['process_defined', 'defined', { defined: true }, 'no-op, registered with a defineJob whose zod schema validates each payload before the handler'],
   ].map(([key, suffix, variant, handler]) =>
     processingScenario(key, `process.c${CONCURRENCY}.pf100.${suffix}`, { prefetch: 100 }, { ...variant, description: handler }),
   ),
