@@ -36,9 +36,11 @@ const MUTANTS = [
     regression: 'regression D16:',
     what: 'complete-many tells outcomes by id, not by (id, token)',
     file: 'lib/engine/store/finish.ts',
+    // Applied rows told from the input by id (each input whose id was updated), refused ones by id too.
     edits: [
       ['WHERE (i.id, i.token) NOT IN (SELECT id, token FROM done)', 'WHERE i.id NOT IN (SELECT id FROM done)'],
-      ['(i.id, i.token) IN (SELECT id, token FROM done) AS applied', 'i.id IN (SELECT id FROM done) AS applied'],
+      ['SELECT d.id::text AS id, d.token::text AS token, true AS applied', 'SELECT i.id::text AS id, i.token::text AS token, true AS applied'],
+      ['FROM done d\n       UNION ALL', 'FROM input i WHERE i.id IN (SELECT id FROM done)\n       UNION ALL'],
     ],
   },
   {
