@@ -1,10 +1,10 @@
-import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { MIGRATIONS_DIR, migrate } from '../lib/engine/migrator.js';
+import { migrate } from '../lib/engine/migrator.js';
 import { createStore } from '../lib/engine/store/index.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { createTestDatabase, migrationsBefore, type TestDatabase } from './support/database.js';
 
 /**
  * 0007 rewrites the queue-name CHECK of jobs (evaluated on every UPDATE of a job) without the
@@ -44,8 +44,7 @@ async function errorOf(promise: Promise<unknown>): Promise<pg.DatabaseError> {
 
 test('0007 upgrades a live database of the previous schema: no job lost, old statements still run, bad names still refused', async () => {
   // Today's schema up to 0006, from a copy of the package's files without 0007 and later.
-  const before = await mkdtemp(join(scratch, 'migrations-'));
-  for (const name of await readdir(MIGRATIONS_DIR)) if (name.endsWith('.sql') && name < '0007') await copyFile(join(MIGRATIONS_DIR, name), join(before, name));
+  const before = await migrationsBefore(scratch, '0007');
   await migrate(pool, { schema, migrationsDir: before });
   // Today's statements stand in for an older process's; they read payload_version (0008), so the
   // column is added ahead here, as 0008 adds it (nullable, no default).
@@ -68,8 +67,7 @@ test('0007 upgrades a live database of the previous schema: no job lost, old sta
     expect(seen.map((r) => r.status)).toEqual(['succeeded', 'running', 'pending', 'pending', 'pending', 'scheduled']);
     expect(seen.map((r) => r.key_waiting)).toEqual([false, false, false, false, true, false]);
 
-    const upTo0007 = await mkdtemp(join(scratch, 'migrations-'));
-    for (const name of await readdir(MIGRATIONS_DIR)) if (name.endsWith('.sql') && name < '0008') await copyFile(join(MIGRATIONS_DIR, name), join(upTo0007, name));
+    const upTo0007 = await migrationsBefore(scratch, '0008');
     const report = await migrate(pool, { schema, migrationsDir: upTo0007 });
     expect(report.applied).toEqual(['0007_cheaper_queue_name_check.sql']);
     expect(await states()).toEqual(seen);

@@ -1,9 +1,9 @@
-import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { MIGRATIONS_DIR, migrate } from '../lib/engine/migrator.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { migrate } from '../lib/engine/migrator.js';
+import { createTestDatabase, migrationsBefore, type TestDatabase } from './support/database.js';
 
 /** 0008 adds payload_version to a live database: no row changes, jobs queued before it have no version (version 1 to a handler). */
 let db: TestDatabase;
@@ -23,8 +23,7 @@ afterAll(async () => {
 });
 
 test('0008 upgrades a live database of 0007: every job stays as it was, with no version', async () => {
-  const before = await mkdtemp(join(scratch, 'migrations-'));
-  for (const name of await readdir(MIGRATIONS_DIR)) if (name.endsWith('.sql') && name < '0008') await copyFile(join(MIGRATIONS_DIR, name), join(before, name));
+  const before = await migrationsBefore(scratch, '0008');
   await migrate(pool, { schema, migrationsDir: before });
   await pool.query(`INSERT INTO ${schema}.queues (name) VALUES ('q')`);
   await pool.query(

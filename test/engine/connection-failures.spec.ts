@@ -1,11 +1,11 @@
 import { writeFile } from 'node:fs/promises';
-import net from 'node:net';
 import pg from 'pg';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../scripts/embedded-postgres.mjs';
 import { DatabaseConnectionError, DatabaseUnavailableError, PgQueue, PgQueueError } from '../../lib/engine/index.js';
 import { engineInternals } from '../../lib/engine/internals.js';
 import { adminUrl, createTestDatabase, type TestDatabase } from '../support/database.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
+import { closedPort } from '../support/tcp-proxy.js';
 
 // Issue 16: a bad configuration, or a database that is not there yet, fails with our error: it
 // names the option and host:port/database (never the password) and says what to check. Start-up
@@ -38,13 +38,6 @@ function recordingLogger() {
   };
 }
 
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 async function startFailure(options: ConstructorParameters<typeof PgQueue>[0]): Promise<{ error: PgQueueError; engine: PgQueue; logger: ReturnType<typeof recordingLogger> }> {
   const logger = recordingLogger();

@@ -1,23 +1,15 @@
-import net from 'node:net';
 import pg from 'pg';
 import { checkHealth, PgQueue, PgQueueError } from '../../lib/engine/index.js';
 import { migrationLockKey } from '../../lib/engine/migrator.js';
 import { createTestDatabase } from '../support/database.js';
 import { engineFixture, testLogger, waitFor } from '../support/engine.js';
+import { closedPort } from '../support/tcp-proxy.js';
 
 // What a caller of the engine sees when its database cannot be reached, or a statement does not
 // finish in time: one library error with a code, never the driver's raw error.
 
 const PASSWORD = 'pw-secret-4821';
 
-/** A port on 127.0.0.1 that nothing listens on: every connect is refused at once. */
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 let port: number;
 let engine: PgQueue;

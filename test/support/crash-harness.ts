@@ -1,6 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { PgQueue, type HandlerOptions, type JobEventRecord, type NotifierConfig, type ReaperConfig, type SchedulerConfig } from '../../lib/engine/index.js';
@@ -8,6 +7,7 @@ import { compileEngine, type CompiledEngine } from './compile-engine.mjs';
 import { createTestDatabase, type TestDatabase } from './database.js';
 import { testLogger, waitFor } from './engine.js';
 import { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
+import { closedPort } from './tcp-proxy.js';
 
 /**
  * The crash suite's harness: worker *processes* running the real engine (compiled JavaScript, see
@@ -359,14 +359,6 @@ async function measureSkew(pool: pg.Pool): Promise<number> {
   return best.skew;
 }
 
-/** A port on 127.0.0.1 where nothing listens (connections are refused). */
-async function closedPort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /** Per job, executions whose [start, end] intervals overlap (the children's clock; an execution that never ended lasts forever), as pairs. */
 export function overlappingExecutions(rows: readonly ExecutionRow[]): [ExecutionRow, ExecutionRow][] {

@@ -1,3 +1,6 @@
+import { copyFile, mkdtemp, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { MIGRATIONS_DIR } from '../../lib/engine/migrator.js';
 import { createTestDatabase as createDatabase, urlForDatabase, type TestDatabase } from '../../lib/testing/index.js';
 
 export { urlForDatabase, type TestDatabase };
@@ -19,4 +22,14 @@ export function adminUrl(): string {
     throw new Error('DATABASE_URL is not set: run the tests with `npm test` (it starts a throwaway PostgreSQL) or set it.');
   }
   return url;
+}
+
+/**
+ * A directory (made under `parent`) holding a copy of the package's migrations numbered below
+ * `before` ("0007": 0001-0006): a database of an earlier schema, for tests of an upgrade.
+ */
+export async function migrationsBefore(parent: string, before: string): Promise<string> {
+  const dir = await mkdtemp(join(parent, 'migrations-'));
+  for (const name of await readdir(MIGRATIONS_DIR)) if (name.endsWith('.sql') && name < before) await copyFile(join(MIGRATIONS_DIR, name), join(dir, name));
+  return dir;
 }
