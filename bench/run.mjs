@@ -55,6 +55,7 @@ if (args.help) {
                     enqueue_single*, enqueue_bulk*, process_tuned*, process_tuned_2p*,
                     process_defaults*, latency*, process_pf10, process_pf100, process_pf500, and the
                     engine-only variants at prefetch 100: process_strict, process_keyed, process_defined,
+                    process_flow, process_fair100, process_group{1,100,10000}_limit1,
                     enqueue_single_defined,
                     process_insert, process_complete_tx, process_effect, process_retry;
                     "all" for every one
@@ -225,6 +226,16 @@ const scenarios = [
     ['process_effect', 'effect', { handler: 'effect' }, "ctx.effect('call', async key => …): a started and a confirmed record"],
     ['process_retry', 'failOnce', { handler: 'fail-once', executionsPerJob: 2 }, 'throws RetryableJobError (retryAfterMs 0) on attempt 1, then succeeds'],
     ['process_defined', 'defined', { defined: true }, 'no-op, registered with a defineJob whose zod schema validates each payload before the handler'],
+    // Flow control (docs/flow-control.md): the flow claim with a limit that never binds, fairness
+    // over 100 groups, and a group limit of 1 under contention with 1, 100 and 10,000 groups.
+    ['process_flow', 'flow', { worker: { limits: { globalConcurrency: 1_000_000 } } }, 'no-op, globalConcurrency 1,000,000 (the flow claim, a limit that never binds)'],
+    ['process_fair100', 'fair100', { groups: 100, worker: { limits: { groupFairness: true } } }, 'no-op, jobs round-robin over 100 groups, groupFairness'],
+    ...[1, 100, 10_000].map((groups) => [
+      `process_group${groups}_limit1`,
+      `group${groups}.limit1`,
+      { groups, worker: { limits: { groupConcurrency: 1 } } },
+      `no-op, jobs round-robin over ${groups} groups, groupConcurrency 1`,
+    ]),
   ].map(([key, suffix, variant, handler]) =>
     processingScenario(key, `process.c${CONCURRENCY}.pf100.${suffix}`, { prefetch: 100 }, { ...variant, description: handler }),
   ),

@@ -47,11 +47,11 @@ export async function enqueueBulk(sys, { jobs, batch }) {
  * then per second, and the run is marked capped.
  *
  * `variant` (engine only, see bench/ours.mjs): `orderingKeys` spreads the jobs round-robin over
- * that many ordering keys; `handler` and `worker` choose what the handler does and extra handler
+ * that many ordering keys, `groups` over that many groups; `handler` and `worker` choose what the handler does and extra handler
  * options; `executionsPerJob` is how often each job's handler is expected to run (2 for fail-once).
  */
 export async function processing(sys, { jobs, batch, concurrency, settings, maxSeconds, benchUrl, figure, variant }) {
-  await preload(sys, { jobs, batch, benchUrl, orderingKeys: variant?.orderingKeys });
+  await preload(sys, { jobs, batch, benchUrl, orderingKeys: variant?.orderingKeys, groups: variant?.groups });
 
   const expectedExecutions = jobs * (variant?.executionsPerJob ?? 1);
   let handled = 0;
@@ -242,8 +242,11 @@ export async function tableStats(benchUrl, schema, tables) {
 }
 
 /** `jobs` jobs inserted in calls of `batch` before any worker starts, then ANALYZE. */
-async function preload(sys, { jobs, batch, benchUrl, orderingKeys }) {
-  const optionsOf = orderingKeys ? (payload) => ({ orderingKey: `k${payload.i % orderingKeys}` }) : undefined;
+async function preload(sys, { jobs, batch, benchUrl, orderingKeys, groups }) {
+  const optionsOf =
+    orderingKeys || groups
+      ? (payload) => ({ ...(orderingKeys ? { orderingKey: `k${payload.i % orderingKeys}` } : {}), ...(groups ? { group: `g${payload.i % groups}` } : {}) })
+      : undefined;
   for (let start = 0; start < jobs; start += batch) {
     await sys.enqueueMany(range(start, Math.min(jobs, start + batch)).map(payloadOf), optionsOf);
   }

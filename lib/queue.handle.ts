@@ -1,4 +1,4 @@
-import { JobStateError, type EnqueueCallOptions, type EnqueueOptions, type JobDefinition, type JobRecord, type PgQueue, type QueueStats } from './engine/index.js';
+import { JobStateError, type EnqueueCallOptions, type EnqueueOptions, type GroupLimits, type GroupLimitsInput, type JobDefinition, type JobRecord, type PgQueue, type QueueLimits, type QueueLimitsInput, type QueueStats } from './engine/index.js';
 import { QUEUE_NOT_DECLARED_YET } from './pg-queue.messages.js';
 
 /** What `registerQueue` takes: the queue's name, and enqueue options every job of it gets unless a call says otherwise. */
@@ -66,6 +66,20 @@ export class Queue<T = unknown> {
   }
 
   /** Stops claims of this queue in every process; running jobs finish. */
+  /** This queue's flow control for every process (see `QueueService.setLimits`). */
+  setLimits(limits: QueueLimitsInput): Promise<QueueLimits> {
+    return this.engine.setLimits(this.name, limits);
+  }
+
+  getLimits(): Promise<QueueLimits> {
+    return this.engine.getLimits(this.name);
+  }
+
+  /** A group's own settings in this queue (see `QueueService.setGroupLimits`). */
+  setGroupLimits(group: string, limits: GroupLimitsInput): Promise<GroupLimits> {
+    return this.engine.setGroupLimits(this.name, group, limits);
+  }
+
   pause(): Promise<void> {
     return this.engine.pauseQueue(this.name);
   }

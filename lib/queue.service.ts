@@ -9,6 +9,11 @@ import {
   type EnqueueOptions,
   type JobEvent,
   type JobEventRecord,
+  type GroupLimits,
+  type GroupLimitsInput,
+  type GroupLimitsRecord,
+  type QueueLimits,
+  type QueueLimitsInput,
   type JobRecord,
   type JobDefinition,
   type JobToEnqueue,
@@ -169,6 +174,29 @@ export class QueueService {
   }
 
   /** Stops claims of `queue` in every process; running jobs finish. `QUEUE_NOT_FOUND` for an undeclared queue. */
+  /**
+   * Sets a queue's flow control for every process: `globalConcurrency`, `groupConcurrency`,
+   * `rateLimit` / `groupRateLimit` (`{ limit, windowMs }`), `groupFairness`. A field left out keeps
+   * its value, `null` removes that limit (docs/flow-control.md).
+   */
+  setLimits(queue: string, limits: QueueLimitsInput): Promise<QueueLimits> {
+    return this.engine.setLimits(queue, limits);
+  }
+
+  getLimits(queue: string): Promise<QueueLimits> {
+    return this.engine.getLimits(queue);
+  }
+
+  /** A group's own settings in `queue` (`concurrency`, `weight`, `rateLimit`); `null` goes back to the queue's default. */
+  setGroupLimits(queue: string, group: string, limits: GroupLimitsInput): Promise<GroupLimits> {
+    return this.engine.setGroupLimits(queue, group, limits);
+  }
+
+  /** The groups of `queue` with settings of their own (or a throttle running), a page at a time. */
+  listGroupLimits(queue: string, page: { after?: string; limit?: number } = {}): Promise<GroupLimitsRecord[]> {
+    return this.engine.listGroupLimits(queue, page);
+  }
+
   pause(queue: string): Promise<void> {
     return this.engine.pauseQueue(queue);
   }

@@ -278,6 +278,7 @@ const stats: EngineStats = {
       oldestDeadAgeMs: null,
       runningNearExpiry: 0,
       blockedKeys: 0,
+      flow: undefined,
       slots: { busy: 0, total: 1 },
     },
   ],

@@ -46,15 +46,16 @@ test('0007 upgrades a live database of the previous schema: no job lost, old sta
   // Today's schema up to 0006, from a copy of the package's files without 0007 and later.
   const before = await migrationsBefore(scratch, '0007');
   await migrate(pool, { schema, migrationsDir: before });
-  // Today's statements stand in for an older process's; they read payload_version (0008), so the
-  // column is added ahead here, as 0008 adds it (nullable, no default).
-  await pool.query(`ALTER TABLE ${schema}.jobs ADD COLUMN payload_version integer`);
+  // Today's statements stand in for an older process's; they read payload_version (0008) and the
+  // group and flow-control columns (0009), so those are added ahead here as the later migrations add them.
+  await pool.query(`ALTER TABLE ${schema}.jobs ADD COLUMN payload_version integer, ADD COLUMN group_key text`);
+  await pool.query(`ALTER TABLE ${schema}.queues ADD COLUMN flow boolean NOT NULL DEFAULT false, ADD COLUMN throttled_until timestamptz`);
   expect((await pool.query(`SELECT conname FROM pg_constraint WHERE conrelid = '${schema}.jobs'::regclass AND conname = 'jobs_queue_name_check'`)).rowCount).toBe(1);
 
   // A queue at work: a running job (claimed on a connection that keeps its prepared claim), a
   // succeeded one, a pending one, a keyed one waiting behind its key's head, a delayed one.
   await store.declareQueues(pool, { queues: ['mq'] });
-  const row = (k: string | null, d: number | null = null) => ({ q: 'mq', json: '{}', pr: 0, at: null, d, ma: null, mr: null, tc: null, k, v: null });
+  const row = (k: string | null, d: number | null = null) => ({ q: 'mq', json: '{}', pr: 0, at: null, d, ma: null, mr: null, tc: null, k, v: null, g: null });
   const ids = await store.enqueue(pool, { jobs: [row(null), row(null), row(null), row('key'), row('key'), row(null, 3_600_000)], channel: 'c', schedulerTopic: 't' });
   const old = await pool.connect();
   try {

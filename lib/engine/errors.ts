@@ -148,6 +148,46 @@ export class RetryableJobError extends PgQueueError {
   }
 }
 
+export interface RateLimitedErrorOptions {
+  /** When the limit lets calls through again, in milliseconds from now (0 to a year). */
+  retryAfterMs: number;
+  /**
+   * What the limit applies to: the job's group (the default, when the job has one) or its whole
+   * queue. A job without a group throttles its queue.
+   */
+  scope?: 'group' | 'queue';
+  cause?: unknown;
+}
+
+/**
+ * The handler hit a rate limit of something it calls (an API answering 429): its group (or its
+ * queue) claims nothing more until `retryAfterMs` has passed, and the job is retried then without
+ * charging an attempt, up to the handler's `maxRateLimitedRetries` times; after that the attempts
+ * count again (code RATE_LIMITED), as shutdown releases do, so a limit that never lifts cannot
+ * keep a job forever.
+ */
+export class RateLimitedError extends PgQueueError {
+  readonly code = 'RATE_LIMITED';
+  readonly retryAfterMs: number;
+  readonly scope: 'group' | 'queue';
+
+  constructor(message: string, options: RateLimitedErrorOptions) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    const retryAfterMs = (options as Partial<RateLimitedErrorOptions> | undefined)?.retryAfterMs;
+    if (!(typeof retryAfterMs === 'number' && Number.isFinite(retryAfterMs) && retryAfterMs >= 0 && retryAfterMs <= RETRY_AFTER_MAX_MS)) {
+      throw new InvalidOptionError(
+        'retryAfterMs',
+        `${String(retryAfterMs)} is not a number of milliseconds from 0 to ${RETRY_AFTER_MAX_MS} (a year)`,
+        'Pass the delay the limited service asked for (a Retry-After header), in milliseconds.',
+      );
+    }
+    const scope = options.scope ?? 'group';
+    if (scope !== 'group' && scope !== 'queue') throw new InvalidOptionError('scope', `${String(scope)} is not a scope`, "Use 'group' or 'queue'.");
+    this.retryAfterMs = Math.ceil(retryAfterMs);
+    this.scope = scope;
+  }
+}
+
 function checkedErrorCode(code: string | undefined, fallback: string): string {
   if (code === undefined) return fallback;
   if (!ERROR_CODE.test(code)) {

@@ -30,6 +30,12 @@ export type {
   CompleteOptions,
   EffectOptions,
   Reconciliation,
+  RateLimit,
+  QueueLimits,
+  QueueLimitsInput,
+  GroupLimits,
+  GroupLimitsInput,
+  GroupLimitsRecord,
 } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES } from './effects.js';
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
@@ -67,6 +73,8 @@ export {
   JobAbortedError,
   PermanentJobError,
   RetryableJobError,
+  RateLimitedError,
+  type RateLimitedErrorOptions,
   JobStateError,
   DatabaseUnavailableError,
   DatabaseConnectionError,

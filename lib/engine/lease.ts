@@ -265,6 +265,7 @@ export class Lease implements Attempt {
       leaseToken: row.leaseToken,
       idempotencyKey: `${schema}:${row.queue}:${row.id}`,
       orderingKey: row.orderingKey,
+      group: row.group,
       createdAt: row.createdAt,
       deadlineAt: row.deadlineAt,
       version: row.payloadVersion,

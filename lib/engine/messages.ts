@@ -20,7 +20,7 @@ export const JOB_NOT_REPLAYABLE = (id: string, status: string) =>
 export const JOB_REFUSED = (id: string, status: string, allowed: readonly string[], verb: string) =>
   `Job ${id} is ${status}: only ${allowed.join(', ')} jobs can be ${verb}.`;
 
-export const QUEUE_NOT_DECLARED = (queue: string, verb: 'pause' | 'resume') =>
+export const QUEUE_NOT_DECLARED = (queue: string, verb: 'pause' | 'resume' | 'limit' | 'read the limits of') =>
   `Queue "${String(queue).slice(0, 128)}" is not declared; nothing to ${verb}.`;
 
 // ---------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ export type CounterName =
   | 'jobs_retried'
   | 'jobs_dead'
   | 'jobs_released'
+  | 'jobs_rate_limited'
   | 'lease_lost'
   | 'lease_expired'
   | 'heartbeats'
@@ -255,7 +256,7 @@ export class EngineMetrics {
    */
   handles(queue: string): void {
     const zero = (name: CounterName, labels: Labels) => this.increment(name, labels, 0);
-    for (const name of ['jobs_claimed', 'jobs_succeeded', 'jobs_released', 'heartbeats', 'heartbeat_failures', 'claim_queries'] as const) zero(name, { queue });
+    for (const name of ['jobs_claimed', 'jobs_succeeded', 'jobs_released', 'jobs_rate_limited', 'heartbeats', 'heartbeat_failures', 'claim_queries'] as const) zero(name, { queue });
     for (const reason of FENCE_LOSS_REASONS) for (const operation of LEASE_OPERATIONS) zero('lease_lost', { queue, reason, operation });
     for (const code of LEASE_EXPIRED_CODES) zero('lease_expired', { queue, code });
   }

@@ -3,8 +3,9 @@ import { InvalidOptionError, JobStateError } from './errors.js';
 import { isJobId } from './identifiers.js';
 import { JOB_NOT_DELETABLE, JOB_NOT_FOUND, JOB_NOT_REPLAYABLE, JOB_REFUSED, QUEUE_NOT_DECLARED } from './messages.js';
 import type { DeadJobPage, OperatorNote, ReplayOutcome } from './records.js';
-import type { Store } from './store/index.js';
-import type { JobStatus } from './types.js';
+import { transaction, type Store } from './store/index.js';
+import { checkGroup, checkGroupLimits, checkQueueLimits } from './flow-control.js';
+import type { GroupLimits, GroupLimitsInput, JobStatus, QueueLimits, QueueLimitsInput } from './types.js';
 import type pg from 'pg';
 
 /** Replays and purges work in bounded batches of at most this many jobs per call. */
@@ -30,6 +31,52 @@ export class OperatorCalls {
   async setPaused(queue: string, paused: boolean): Promise<void> {
     const { found } = await this.deps.store.setQueuePaused(this.deps.db, { queue, paused, channel: this.deps.channel });
     if (!found) throw new JobStateError('QUEUE_NOT_FOUND', QUEUE_NOT_DECLARED(queue, paused ? 'pause' : 'resume'));
+  }
+
+  /**
+   * Sets a queue's flow control (fields left out keep their value, null removes a limit) and wakes
+   * its workers in every process: a limit raised or removed lets them take more at once.
+   */
+  async setLimits(queue: string, limits: QueueLimitsInput): Promise<QueueLimits> {
+    const checked = checkQueueLimits('limits', limits);
+    const stored = await this.deps.store.setLimits(this.deps.db, { queue, limits: checked });
+    if (!stored) throw new JobStateError('QUEUE_NOT_FOUND', QUEUE_NOT_DECLARED(queue, 'limit'));
+    await this.deps.store.notify(this.deps.db, { channel: this.deps.channel, payload: queue });
+    return stored;
+  }
+
+  async getLimits(queue: string): Promise<QueueLimits> {
+    const stored = await this.deps.store.getLimits(this.deps.db, { queue });
+    if (!stored) throw new JobStateError('QUEUE_NOT_FOUND', QUEUE_NOT_DECLARED(queue, 'read the limits of'));
+    return stored;
+  }
+
+  /** Sets a group's own settings (fields left out keep their value, null goes back to the queue's default). */
+  async setGroupLimits(queue: string, group: string, limits: GroupLimitsInput): Promise<GroupLimits> {
+    const checked = checkGroupLimits('limits', limits);
+    const { store, db } = this.deps;
+    const params = { queue, group: checkGroup('group', group), limits: checked };
+    const stored = await transaction(
+      db,
+      async (client) => {
+        const set = await store.setGroupLimits(client, params);
+        if (set) {
+          await store.forgetDefaultGroups(client, { queue, group: params.group });
+          await store.refreshFlow(client, { queue });
+        }
+        return set;
+      },
+      { statementTimeoutMs: store.statementTimeoutMs },
+    );
+    if (!stored) throw new JobStateError('QUEUE_NOT_FOUND', QUEUE_NOT_DECLARED(queue, 'limit'));
+    await this.deps.store.notify(this.deps.db, { channel: this.deps.channel, payload: queue });
+    return stored;
+  }
+
+  /** The groups of `queue` with settings of their own, by name, a page at a time (after `after`). */
+  listGroupLimits(queue: string, page: { after?: string; limit?: number } = {}) {
+    const limit = page.limit === undefined ? 100 : requireInteger('limit', page.limit, 1, OPERATOR_BATCH_MAX);
+    return this.deps.store.listGroupLimits(this.deps.db, { queue, after: page.after ?? '', limit });
   }
 
   cancel(id: string, note: OperatorNote): Promise<void> {

@@ -48,7 +48,7 @@ import { settlesWithin } from './settles-within.js';
 import { checkUpcasters, isJobDefinition, payloadForHandler, type JobDefinition, type Upcasters } from './job-definition.js';
 import { createStore, type Store } from './store/index.js';
 import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
-import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
+import type { GroupLimits, GroupLimitsInput, GroupLimitsRecord, HandlerOptions, JobHandlerFn, JobStatus, QueueLimits, QueueLimitsInput } from './types.js';
 import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
@@ -319,7 +319,7 @@ export class PgQueue {
     stopped();
     await this.call(async () => {
       const withWorkers = options.workers ?? true;
-      if (withWorkers) await this.declareQueues([...this.handlers.keys()]);
+      if (withWorkers) await this.declareHandledQueues();
       stopped();
       // A connection the pool opens means the database is back: the listener need not wait out its backoff.
       const databaseReachable = () => {
@@ -355,7 +355,7 @@ export class PgQueue {
     return this.call(async () => {
       if (this.state !== 'started') throw new InvalidOptionError('startWorkers', WORKERS_NOT_STARTABLE(this.state), 'Call start() first.');
       if (this.workers.size > 0) return;
-      await this.declareQueues([...this.handlers.keys()]);
+      await this.declareHandledQueues();
       // stop() may have run while the queues were declared.
       if (this.state === 'started' && this.workers.size === 0) this.startWorkersNow();
     });
@@ -379,6 +379,14 @@ export class PgQueue {
   /** Whether this process's workers are running (`start()` with workers, or `startWorkers()`). */
   get processing(): boolean {
     return this.workers.size > 0;
+  }
+
+  /** The queues of this process's handlers, and the flow control they declare (the last process to start wins). */
+  private async declareHandledQueues(): Promise<void> {
+    await this.declareQueues([...this.handlers.keys()]);
+    for (const [queue, { options }] of this.handlers) {
+      if (options.limits !== undefined && Object.keys(options.limits).length > 0) await this.store.setLimits(this.pool, { queue, limits: options.limits });
+    }
   }
 
   private startWorkersNow(): void {
@@ -598,6 +606,33 @@ export class PgQueue {
     return this.call(() => this.pruner?.runOnce() ?? Promise.resolve(0));
   }
 
+  /**
+   * Sets `queue`'s flow control for every process (docs/flow-control.md): `globalConcurrency`,
+   * `groupConcurrency`, `rateLimit`, `groupRateLimit` (`{ limit, windowMs }`), `groupFairness`.
+   * A field left out keeps its value, `null` removes that limit. Resolves to the queue's limits.
+   */
+  setLimits(queue: string, limits: QueueLimitsInput): Promise<QueueLimits> {
+    return this.call(() => this.operator.setLimits(queue, limits));
+  }
+
+  /** `queue`'s flow control as stored. */
+  getLimits(queue: string): Promise<QueueLimits> {
+    return this.call(() => this.operator.getLimits(queue));
+  }
+
+  /**
+   * A group's own settings in `queue`: `concurrency` (0 holds the group), `weight` in the
+   * round-robin (1 to 1000), `rateLimit`. `null` goes back to the queue's default.
+   */
+  setGroupLimits(queue: string, group: string, limits: GroupLimitsInput): Promise<GroupLimits> {
+    return this.call(() => this.operator.setGroupLimits(queue, group, limits));
+  }
+
+  /** The groups of `queue` with settings of their own (or a throttle running), by name, a page at a time. */
+  listGroupLimits(queue: string, page: { after?: string; limit?: number } = {}): Promise<GroupLimitsRecord[]> {
+    return this.call(() => this.operator.listGroupLimits(queue, page));
+  }
+
   /** Stops claims of `queue` in every process; running jobs finish. */
   pauseQueue(queue: string): Promise<void> {
     return this.call(() => this.operator.setPaused(queue, true));
@@ -664,20 +699,23 @@ export class PgQueue {
    * Its cost follows live work (and dead jobs), never retained history: succeeded and cancelled
    * jobs are counted only when they finished within `recentWindowMs` (default 60 s, at most a day).
    */
-  stats(options: { nearExpiryMs?: number; recentWindowMs?: number } = {}): Promise<EngineStats> {
+  stats(options: { nearExpiryMs?: number; recentWindowMs?: number; topGroups?: number } = {}): Promise<EngineStats> {
     return this.call(async () => {
       const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
       const recentWindowMs = requireInteger('recentWindowMs', options.recentWindowMs ?? RECENT_WINDOW_MS_DEFAULT, 1, RECENT_WINDOW_MS_MAX);
-      const [queues, database] = await Promise.all([
+      const topGroups = requireInteger('topGroups', options.topGroups ?? 10, 0, 1_000);
+      const [queues, database, flows] = await Promise.all([
         this.store.queueStats(this.pool, { nearExpiryMs, recentWindowMs }),
         this.store.databaseStats(this.pool),
+        this.store.flowStats(this.pool, { topGroups }),
       ]);
+      const flowOf = new Map(flows.map((f) => [f.queue, f]));
       return {
         ...this.processStats(),
         recentWindowMs,
         queues: queues.map((q) => {
           const worker = this.workers.get(q.queue);
-          return { ...q, slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined };
+          return { ...q, slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined, flow: flowOf.get(q.queue) };
         }),
         database,
       };

@@ -24,6 +24,11 @@ export interface EnqueueOptions {
    * every earlier job of its key has succeeded or been cancelled. 1-256 characters.
    */
   orderingKey?: string;
+  /**
+   * The job's group (a tenant, an account), 1-256 characters: what `groupConcurrency`, group rate
+   * limits and fairness between groups count by. Independent of `orderingKey`, and combinable.
+   */
+  group?: string;
 }
 
 export interface EnqueueCallOptions {
@@ -99,7 +104,7 @@ export class Producer {
     if (options === null || typeof options !== 'object') {
       throw new InvalidJobError('INVALID_JOB_OPTION', JOB_OPTIONS_NOT_AN_OBJECT(where, describe(options)));
     }
-    const { priority = 0, runAt, delayMs, maxAttempts, maxRuntimeMs, orderingKey } = options;
+    const { priority = 0, runAt, delayMs, maxAttempts, maxRuntimeMs, orderingKey, group } = options;
     const bad = (option: string, value: unknown, expected: string) =>
       new InvalidJobError('INVALID_JOB_OPTION', JOB_OPTION_INVALID(where, option, describe(value), expected));
     if (!Number.isInteger(priority) || priority < PRIORITY_MIN || priority > PRIORITY_MAX) {
@@ -119,6 +124,9 @@ export class Producer {
     if (orderingKey !== undefined && !(typeof orderingKey === 'string' && orderingKey.length >= 1 && orderingKey.length <= 256)) {
       throw bad('orderingKey', orderingKey, 'a string of 1-256 characters');
     }
+    if (group !== undefined && !(typeof group === 'string' && group.length >= 1 && group.length <= 256)) {
+      throw bad('group', group, 'a string of 1-256 characters');
+    }
     return {
       q: queue,
       json,
@@ -130,6 +138,7 @@ export class Producer {
       tc: captureTraceContext(),
       k: orderingKey ?? null,
       v: defined?.version ?? null,
+      g: group ?? null,
     };
   }
 }

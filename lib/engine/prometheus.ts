@@ -87,6 +87,17 @@ export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats | Pr
   for (const q of stats.queues) sample('pgqueue_running_near_lease_expiry', { queue: q.queue }, q.runningNearExpiry);
   family('pgqueue_queue_paused', 'gauge', '1 when the queue is paused.');
   for (const q of stats.queues) sample('pgqueue_queue_paused', { queue: q.queue }, q.paused ? 1 : 0);
+  // Flow control, for the queues that have it on: aggregates only (a group label would make a
+  // series per tenant; stats() has the top groups).
+  const flows = stats.queues.flatMap((q) => (q.flow ? [q.flow] : []));
+  family('pgqueue_flow_running', 'gauge', 'Running jobs (slots in use) of a queue under flow control, across every process.');
+  for (const f of flows) sample('pgqueue_flow_running', { queue: f.queue }, f.running);
+  family('pgqueue_flow_global_concurrency', 'gauge', "A queue's globalConcurrency limit (left out without one).");
+  for (const f of flows) if (f.limits.globalConcurrency !== null) sample('pgqueue_flow_global_concurrency', { queue: f.queue }, f.limits.globalConcurrency);
+  family('pgqueue_flow_groups', 'gauge', 'Groups with running or waiting jobs in a queue under flow control.');
+  for (const f of flows) sample('pgqueue_flow_groups', { queue: f.queue }, f.groupCount);
+  family('pgqueue_flow_held_by_rate_limit', 'gauge', 'Waiting jobs that a rate limit or a throttle (RateLimitedError) holds back right now.');
+  for (const f of flows) sample('pgqueue_flow_held_by_rate_limit', { queue: f.queue }, f.heldByRateLimit);
   family('pgqueue_database_connections', 'gauge', 'Sessions on the database.');
   sample('pgqueue_database_connections', {}, stats.database.connections);
   family('pgqueue_database_lock_waits', 'gauge', 'Sessions on the database waiting on a lock right now.');
@@ -100,6 +111,7 @@ const COUNTER_HELP: Record<CounterName, string> = {
   jobs_retried: 'Failed attempts scheduled for retry, by error code and attempt.',
   jobs_dead: 'Jobs that went dead (from a failure here, or reaped by this process), by error code.',
   jobs_released: 'Jobs handed back at shutdown.',
+  jobs_rate_limited: 'Attempts whose handler reported a rate limit (RateLimitedError): their group or queue was throttled.',
   lease_lost: 'Fenced writes refused: the worker no longer owned the job (lost-fence attempts), by reason and operation.',
   lease_expired: "Expired leases recovered by this process's reaper, by code (LEASE_EXPIRED, MAX_RUNTIME, REAP_FAILED).",
   heartbeats: 'Lease renewals written.',

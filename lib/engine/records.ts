@@ -1,3 +1,4 @@
+import type { FlowStats } from './types.js';
 import type { FinishedJobStatus, JobStatus, LiveJobStatus } from './types.js';
 
 /** The records the engine's calls return (the store maps rows to them). */
@@ -58,6 +59,8 @@ export interface QueueStats {
   blockedKeys: number;
   /** This process's handler slots for the queue (busy / total), when it handles it. */
   slots: { busy: number; total: number } | undefined;
+  /** Flow control, when the queue has it on (limits, fairness, group settings): what it holds back. */
+  flow: FlowStats | undefined;
 }
 
 /** What this process knows of itself, without asking the database (`processStats()`). */

@@ -44,6 +44,8 @@ export interface Job<T = unknown> {
   readonly idempotencyKey: string;
   /** The job's ordering key, if it was enqueued with one: jobs of one key run one at a time, in order. */
   readonly orderingKey: string | null;
+  /** The job's group, if it was enqueued with one (see flow control: groups and their limits). */
+  readonly group: string | null;
   readonly createdAt: Date;
   /** When this attempt must end at the latest (the maximum runtime); no heartbeat extends past it. */
   readonly deadlineAt: Date;
@@ -142,4 +144,95 @@ export interface HandlerOptions {
   fairShare: number;
   /** The handler's signal aborts this long before the lease would expire in the database. */
   abortMarginMs: number | undefined;
+  /**
+   * The queue's flow control, declared when the workers start (the last process to start wins;
+   * changeable at run time with `PgQueue.setLimits`): a field left out keeps what the database
+   * has, `null` removes that limit. See docs/flow-control.md.
+   */
+  limits: QueueLimitsInput | undefined;
+  /**
+   * Rate limits a handler reports (RateLimitedError) that give the attempt back, per job; past
+   * this, each one counts as an attempt (code RATE_LIMITED). Default 20.
+   */
+  maxRateLimitedRetries: number;
+}
+
+/** At most `limit` claims per `windowMs` (a sliding window over claim times, by database time). */
+export interface RateLimit {
+  limit: number;
+  windowMs: number;
+}
+
+/** A queue's flow control as stored (null: no such limit). See docs/flow-control.md. */
+export interface QueueLimits {
+  /** Jobs of the queue running at once across every process (prefetched ones included). */
+  globalConcurrency: number | null;
+  /** Jobs of one group running at once across every process, unless the group has its own. */
+  groupConcurrency: number | null;
+  /** Claims of the queue per window. */
+  rateLimit: RateLimit | null;
+  /** Claims of one group per window, unless the group has its own. */
+  groupRateLimit: RateLimit | null;
+  /** Claims share the queue between groups by weighted round-robin. */
+  groupFairness: boolean;
+}
+
+/** A group's own settings (null: the queue's default). */
+export interface GroupLimits {
+  /** Its jobs running at once (0 holds the group). */
+  concurrency: number | null;
+  /** Jobs per turn of the round-robin (1 to 1000; default 1). */
+  weight: number;
+  /** Its claims per window (limit 0 holds the group). */
+  rateLimit: RateLimit | null;
+}
+
+/** A queue's limits, as given: a field left out keeps its value, `null` removes it. */
+export interface QueueLimitsInput {
+  globalConcurrency?: number | null;
+  groupConcurrency?: number | null;
+  rateLimit?: RateLimit | null;
+  groupRateLimit?: RateLimit | null;
+  groupFairness?: boolean;
+}
+
+/** A group's own settings, as given: a field left out keeps its value, `null` goes back to the queue's default. */
+export interface GroupLimitsInput {
+  concurrency?: number | null;
+  weight?: number | null;
+  rateLimit?: RateLimit | null;
+}
+
+/** A group with settings of its own (or a throttle running), as listGroupLimits returns it. */
+export interface GroupLimitsRecord extends GroupLimits {
+  group: string;
+  /** A handler reported the group's rate limit (RateLimitedError): nothing of it is claimed before this. */
+  throttledUntil: Date | null;
+}
+
+/** What flow control holds back in one queue (`QueueStats.flow`), from the database: aggregates, the top groups only. */
+export interface FlowStats {
+  queue: string;
+  limits: QueueLimits;
+  /** A handler reported the queue's rate limit: nothing of it is claimed before this. */
+  throttledUntil: Date | null;
+  /** Running jobs (slots in use) against `limits.globalConcurrency`. */
+  running: number;
+  /** Claims in the current window against `limits.rateLimit` (null without one). */
+  claimsInWindow: number | null;
+  /** Waiting jobs that a rate limit or a throttle holds back right now. */
+  heldByRateLimit: number;
+  /** Groups with running or waiting jobs. */
+  groupCount: number;
+  /** The groups with the most running and waiting jobs (the `topGroups` of `stats()`, default 10). */
+  topGroups: {
+    group: string;
+    waiting: number;
+    running: number;
+    /** Its concurrency limit (its own, or the queue's default), or null. */
+    concurrency: number | null;
+    rateLimit: number | null;
+    claimsInWindow: number | null;
+    throttledUntil: Date | null;
+  }[];
 }

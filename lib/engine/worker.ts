@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
-import { integer, nested, number, resolveSection, section, type Section } from './config.js';
+import { integer, nested, number, opaque, resolveSection, section, type Section } from './config.js';
 import type pg from 'pg';
-import { InvalidOptionError, JobAbortedError, RetryableJobError, type FenceLossReason } from './errors.js';
+import { InvalidOptionError, JobAbortedError, RateLimitedError, RetryableJobError, type FenceLossReason } from './errors.js';
 import type { Completer, CompletionOutcome } from './completer.js';
 import { jobContext } from './job-context.js';
 import { Lease, LeaseTimers, type LeaseHooks } from './lease.js';
@@ -27,7 +27,8 @@ import {
 import type { CounterSeries, EngineMetrics, HistogramSeries, LeaseOperation } from './metrics.js';
 import { classifyFailure, decideRetry } from './retry.js';
 import { whileLeaseLasts } from './retrying.js';
-import type { ClaimedJob, Store } from './store/index.js';
+import { transaction, type ClaimedJobs, type Store } from './store/index.js';
+import { checkQueueLimits, FLOW_MAX_GROUPS_PER_CLAIM, FLOW_UNGROUPED_WINDOW } from './flow-control.js';
 import type { AttemptOutcome, WorkerTestSignals } from './test-signals.js';
 import { settlesWithin } from './settles-within.js';
 import { jobTracer, runInJobSpan } from './tracing.js';
@@ -43,6 +44,8 @@ export const HANDLER_DEFAULTS: HandlerOptions = {
   backoff: { baseMs: 1_000, maxMs: 10 * 60_000 },
   fairShare: 0.1,
   abortMarginMs: undefined,
+  limits: undefined,
+  maxRateLimitedRetries: 20,
 };
 
 const INT32_MAX = 2_147_483_647;
@@ -61,6 +64,8 @@ export const HANDLER_OPTIONS = section<HandlerOptions>(
     backoff: nested(BACKOFF_OPTIONS),
     fairShare: number(0, 1),
     abortMarginMs: integer(0, INT32_MAX),
+    limits: opaque('object'),
+    maxRateLimitedRetries: integer(0, 1_000_000),
   },
   HANDLER_DEFAULTS,
 );
@@ -74,6 +79,7 @@ function withBase(base: HandlerOptions): Section<HandlerOptions> {
 export function resolveHandlerOptions(where: string, options: Partial<HandlerOptions> | undefined, base: HandlerOptions): HandlerOptions {
   const merged = resolveSection(withBase(base), options, where);
   const at = (field: string) => `${where}.${field}`;
+  if (merged.limits !== undefined) merged.limits = checkQueueLimits(at('limits'), merged.limits);
   if (merged.abortMarginMs !== undefined) {
     // The attempt's lease is the shorter of leaseMs and maxRuntimeMs.
     const attemptLeaseMs = Math.min(merged.leaseMs, merged.maxRuntimeMs);
@@ -184,6 +190,15 @@ export class Worker {
   private fairCredit = 0;
   /** When the last claim that came back short was sent (monotonic ms). */
   private lastShortClaimAt = Number.NEGATIVE_INFINITY;
+  /**
+   * The queue has flow control on (limits, fairness or group settings in the database): claims go
+   * through the flow claim. Learnt from the claims themselves (the plain claim refuses such a
+   * queue and says so; the flow claim's lock says when it is off again), so a limit set at run
+   * time by any process is followed from this worker's next claim.
+   */
+  private flow = false;
+  /** Wakes the loop when a throttle or rate limit that held a claim back lets it take more. */
+  private gateTimer: NodeJS.Timeout | undefined;
   /** The last DURATION_SAMPLES handler durations, a ring (`durationCount` of them filled). */
   private readonly durations = new Float64Array(DURATION_SAMPLES);
   private durationCount = 0;
@@ -261,6 +276,7 @@ export class Worker {
     if (this.state !== 'running') return;
     this.state = 'stopping';
     clearInterval(this.pollTimer);
+    clearTimeout(this.gateTimer);
     this.poke();
     // Bounded: a claim waiting for a connection that no handler gives back (a pool without a
     // connect timeout, all of it held by handlers that wait to be aborted) must not hold the stop.
@@ -377,19 +393,20 @@ export class Worker {
     this.fairCredit -= oldestFirst;
     const requestedAt = performance.now();
     const wakeupsBefore = this.wakeups;
-    let rows: ClaimedJob[];
+    const params = {
+      queue: this.queue,
+      owner: this.deps.owner,
+      limit,
+      leaseMs,
+      maxRuntimeMs,
+      maxAttempts,
+      backoffBaseMs: backoff.baseMs,
+      backoffMaxMs: backoff.maxMs,
+      oldestFirst,
+    };
+    let rows: ClaimedJobs;
     try {
-      rows = await this.deps.store.claim(this.deps.db, {
-        queue: this.queue,
-        owner: this.deps.owner,
-        limit,
-        leaseMs,
-        maxRuntimeMs,
-        maxAttempts,
-        backoffBaseMs: backoff.baseMs,
-        backoffMaxMs: backoff.maxMs,
-        oldestFirst,
-      });
+      rows = this.flow ? await this.flowClaim(params) : await this.deps.store.claim(this.deps.db, params);
     } catch (error) {
       const reason = (error as Error).message;
       this.deps.failures.failed(this.claimKind, reason, 'error', CLAIM_FAILED(this.claimKind, reason));
@@ -412,6 +429,13 @@ export class Worker {
     }
     if (rows.length < limit) this.lastShortClaimAt = requestedAt;
     this.moreWork = rows.length === limit || this.wakeups !== wakeupsBefore;
+    if (rows.gate.flow !== this.flow) {
+      // Flow control was turned on or off: claim again at once, the other way.
+      this.flow = rows.gate.flow;
+      this.moreWork = true;
+    } else if (rows.length < limit && rows.gate.waitMs !== null) {
+      this.wakeAfter(rows.gate.waitMs);
+    }
     this.hooks.claimed?.(rows.length);
     const { metrics } = this.deps;
     const series = this.series!;
@@ -425,6 +449,34 @@ export class Worker {
     }
     this.dispatch();
     this.testSignals?.batchClaimed.signal({ queue: this.queue, jobIds: rows.map((row) => row.id) });
+  }
+
+  /**
+   * The claim of a queue under flow control: its claimers take turns on the queue's row, and the
+   * claim counts slots and claims after its turn began (see store/flow.ts). A lock that finds flow
+   * control off again returns nothing, with a gate that says so.
+   */
+  private flowClaim(params: Parameters<Store['claim']>[1]): Promise<ClaimedJobs> {
+    const { store, db } = this.deps;
+    return transaction(
+      db,
+      async (client) => {
+        const lock = await store.flowLock(client, { queue: this.queue });
+        if (!lock.flow) return Object.assign([], { gate: { flow: false, waitMs: null } });
+        return store.flowClaim(client, { ...params, cursor: lock.cursor, maxGroups: FLOW_MAX_GROUPS_PER_CLAIM, ungroupedWindow: FLOW_UNGROUPED_WINDOW });
+      },
+      { statementTimeoutMs: store.statementTimeoutMs, genericPlans: true },
+    );
+  }
+
+  /** Claims again after `ms` (a throttle or rate limit will let it), or at the next poll if that comes first. */
+  private wakeAfter(ms: number): void {
+    if (this.gateTimer !== undefined || ms >= this.deps.pollIntervalMs) return;
+    this.gateTimer = setTimeout(() => {
+      this.gateTimer = undefined;
+      this.wake();
+    }, Math.max(1, Math.ceil(ms)));
+    this.gateTimer.unref();
   }
 
   private dispatch(): void {
@@ -686,6 +738,7 @@ export class Worker {
     if (lease.lost) return this.ended(lease, 'lost');
     const abortCode = lease.abortCode;
     if (abortCode === 'SHUTDOWN') return this.release(lease, true);
+    if (error instanceof RateLimitedError && abortCode === undefined) return this.throttled(lease, error);
     const failure = classifyFailure(error, abortCode);
     const { maxAttempts, unknownErrorAttempts, backoff } = this.options;
     const decision = decideRetry(failure, lease.job.attempt, lease.job.maxAttempts ?? maxAttempts, unknownErrorAttempts, backoff);
@@ -705,6 +758,30 @@ export class Worker {
       delayMs: decision.delayMs,
     });
     this.ended(lease, decision.dead ? 'dead' : 'retried');
+  }
+
+  /**
+   * The handler reported a rate limit: its group (or queue) is throttled for the time it gave,
+   * and the job waits that long, its attempt given back up to `maxRateLimitedRetries` times.
+   */
+  private async throttled(lease: Lease, error: RateLimitedError): Promise<void> {
+    const outcome = await whileLeaseLasts(lease, () =>
+      this.deps.store.throttle(this.deps.db, {
+        ...lease.fenceKey,
+        scope: error.scope,
+        retryAfterMs: error.retryAfterMs,
+        maxFreeRetries: this.options.maxRateLimitedRetries,
+        message: error.message.slice(0, 1_000),
+      }),
+    );
+    if (!outcome.ok) return this.refused(lease, outcome.reason, 'fail');
+    const dead = outcome.status === 'dead';
+    this.deps.metrics.increment('jobs_rate_limited', { queue: this.queue });
+    if (!outcome.free) this.deps.metrics.increment(dead ? 'jobs_dead' : 'jobs_retried', { queue: this.queue, code: 'RATE_LIMITED', attempt: lease.job.attempt });
+    this.deps.metrics.emit({ type: 'failed', queue: this.queue, jobId: lease.job.id, attempt: lease.job.attempt, code: 'RATE_LIMITED', dead, delayMs: error.retryAfterMs });
+    // The throttle holds this process's claims too: they learn it from the database.
+    this.flow ||= error.scope === 'group' && lease.job.group !== null;
+    this.ended(lease, dead ? 'dead' : 'retried');
   }
 
   private async release(lease: Lease, started: boolean): Promise<void> {
@@ -777,6 +854,8 @@ export class Worker {
   private writeSettled(): void {
     this.writesPending -= 1;
     if (this.writesPending === 0) for (const resolve of this.writesDrained.splice(0)) resolve();
+    // Under flow control, a finished job frees a slot of a limit: the next claim may take more.
+    if (this.flow) this.moreWork = true;
     this.poke(); // the claim loop may have waited for writes to catch up
   }
 }

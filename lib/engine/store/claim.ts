@@ -31,6 +31,7 @@ export interface ClaimedJob {
   createdAt: Date;
   deadlineAt: Date;
   orderingKey: string | null;
+  group: string | null;
   leaseMsLeft: number;
   leaseAtDeadline: boolean;
   traceContext: TraceCarrier | null;
@@ -39,7 +40,7 @@ export interface ClaimedJob {
   waitedMs: number;
 }
 
-interface ClaimedRow {
+export interface ClaimedRow {
   id: string;
   queue_name: string;
   payload: unknown;
@@ -52,11 +53,87 @@ interface ClaimedRow {
   created_ms: number;
   deadline_ms: number;
   ordering_key: string | null;
+  group_key: string | null;
   lease_ms_left: number;
   lease_at_deadline: boolean;
   trace_context: TraceCarrier | null;
   payload_version: number | null;
   waited_ms: number;
+}
+
+/**
+ * What held a claim back, besides there being no work: the queue has flow control on (its
+ * worker must claim through flowClaim), and how long until a throttle or rate limit lets a claim
+ * take more (null: nothing of the kind held it).
+ */
+export interface ClaimGate {
+  flow: boolean;
+  waitMs: number | null;
+}
+
+/** A claim's jobs, and its gate. */
+export type ClaimedJobs = ClaimedJob[] & { readonly gate: ClaimGate };
+
+/**
+ * What a claim sets: the claimant, the next fencing token, the attempt, the lease from database
+ * time (never past the attempt's deadline), and the policy the row lacks from the handler
+ * ($4 lease ms, $5 max runtime ms, $6 max attempts, $7/$8 backoff base and max ms).
+ */
+export function CLAIM_SET(claimedAt: string): string {
+  return `status = 'running',
+           attempt_count = j.attempt_count + 1,
+           lease_token = j.lease_token + 1,
+           lease_owner = $2,
+           claimed_at = ${claimedAt},
+           heartbeat_at = NULL,
+           max_attempts = coalesce(j.max_attempts, $6),
+           max_runtime_ms = coalesce(j.max_runtime_ms, $5),
+           backoff_base_ms = coalesce(j.backoff_base_ms, $7),
+           backoff_max_ms = coalesce(j.backoff_max_ms, $8),
+           deadline_at = now() + ${ms('coalesce(j.max_runtime_ms, $5)')},
+           lease_expires_at = now() + ${ms('least($4::bigint, coalesce(j.max_runtime_ms, $5))')}`;
+}
+
+// Timestamps as epoch milliseconds (float8): the driver parses a number much faster than a
+// timestamptz's text, and a Date keeps milliseconds only anyway.
+export const CLAIM_RETURNING = `j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts, j.max_runtime_ms,
+                 j.lease_token::text AS lease_token,
+                 (extract(epoch FROM j.created_at) * 1000)::float8 AS created_ms,
+                 (extract(epoch FROM j.deadline_at) * 1000)::float8 AS deadline_ms, j.ordering_key, j.group_key,
+                 (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
+                 j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
+                 j.trace_context, j.payload_version,
+                 (extract(epoch FROM now() - j.available_at) * 1000)::float8 AS waited_ms`;
+
+/**
+ * The rows of a claim whose result is `gate LEFT JOIN claimed ON true`: one row with no job when
+ * nothing was claimed, so the gate's columns always arrive.
+ */
+export function claimedJobs(rows: (ClaimedRow | (Partial<ClaimedRow> & { id: null }))[], gate: ClaimGate): ClaimedJobs {
+  const jobs: ClaimedJob[] = [];
+  for (const r of rows) {
+    if (r.id === null) continue;
+    jobs.push({
+      id: r.id,
+      queue: r.queue_name,
+      payload: r.payload,
+      priority: r.priority,
+      attempt: r.attempt_count,
+      maxAttempts: r.max_attempts,
+      maxRuntimeMs: r.max_runtime_ms,
+      leaseToken: r.lease_token,
+      createdAt: new Date(r.created_ms),
+      deadlineAt: new Date(r.deadline_ms),
+      orderingKey: r.ordering_key,
+      group: r.group_key,
+      leaseMsLeft: r.lease_ms_left,
+      leaseAtDeadline: r.lease_at_deadline,
+      traceContext: r.trace_context,
+      payloadVersion: r.payload_version,
+      waitedMs: r.waited_ms,
+    });
+  }
+  return Object.assign(jobs, { gate });
 }
 
 /** A renewed lease: how much of it is left by the database's clock, and whether it reaches the deadline. */
@@ -95,73 +172,42 @@ export function claimStatements({ define, s, jobs, events }: StatementContext) {
      */
     claim: define(
       'claim',
-      `WITH open AS (
-         -- A paused queue claims nothing (evaluated once per statement, not per row).
-         SELECT NOT EXISTS (SELECT 1 FROM ${s}.queues WHERE name = $1 AND paused_at IS NOT NULL) AS yes
+      `WITH gate AS (
+         -- A paused or throttled queue claims nothing, nor does one under flow control: its worker
+         -- claims through flowClaim (told by the gate's columns). Evaluated once per statement.
+         SELECT coalesce(q.paused_at IS NULL AND NOT q.flow AND NOT coalesce(q.throttled_until > now(), false), true) AS open,
+                coalesce(q.flow, false) AS flow,
+                CASE WHEN q.throttled_until > now() THEN (extract(epoch FROM q.throttled_until - now()) * 1000)::float8 END AS wait_ms
+         FROM (SELECT 1) one LEFT JOIN ${s}.queues q ON q.name = $1
        ), by_age AS (
          SELECT id FROM ${jobs}
          WHERE queue_name = $1 AND status = 'pending' AND NOT key_waiting AND available_at <= now()
-           AND (SELECT yes FROM open)
+           AND (SELECT open FROM gate)
          ORDER BY available_at, id
          LIMIT $9
          FOR UPDATE SKIP LOCKED
        ), by_priority AS (
          SELECT id FROM ${jobs}
          WHERE queue_name = $1 AND status = 'pending' AND NOT key_waiting AND available_at <= now()
-           AND (SELECT yes FROM open)
+           AND (SELECT open FROM gate)
            AND id NOT IN (SELECT id FROM by_age)
          ORDER BY priority DESC, available_at, id
          LIMIT (SELECT $3 - count(*) FROM by_age)
          FOR UPDATE SKIP LOCKED
        ), candidate AS (
          SELECT id FROM by_age UNION ALL SELECT id FROM by_priority
+       ), claimed AS (
+         UPDATE ${jobs} AS j
+         SET ${CLAIM_SET('now()')}
+         -- = ANY(ARRAY(…)) rather than a join: the planner cannot size the candidates (their LIMIT is
+         -- an expression), and a misjudged join turns the update into a scan of the whole table.
+         WHERE j.id = ANY (ARRAY(SELECT id FROM candidate))
+         RETURNING ${CLAIM_RETURNING}
        )
-       UPDATE ${jobs} AS j
-       SET status = 'running',
-           attempt_count = j.attempt_count + 1,
-           lease_token = j.lease_token + 1,
-           lease_owner = $2,
-           claimed_at = now(),
-           heartbeat_at = NULL,
-           max_attempts = coalesce(j.max_attempts, $6),
-           max_runtime_ms = coalesce(j.max_runtime_ms, $5),
-           backoff_base_ms = coalesce(j.backoff_base_ms, $7),
-           backoff_max_ms = coalesce(j.backoff_max_ms, $8),
-           deadline_at = now() + ${ms('coalesce(j.max_runtime_ms, $5)')},
-           lease_expires_at = now() + ${ms('least($4::bigint, coalesce(j.max_runtime_ms, $5))')}
-       -- = ANY(ARRAY(…)) rather than a join: the planner cannot size the candidates (their LIMIT is
-       -- an expression), and a misjudged join turns the update into a scan of the whole table.
-       WHERE j.id = ANY (ARRAY(SELECT id FROM candidate))
-       -- Timestamps as epoch milliseconds (float8): the driver parses a number much faster than a
-       -- timestamptz's text, and a Date keeps milliseconds only anyway.
-       RETURNING j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts, j.max_runtime_ms,
-                 j.lease_token::text AS lease_token,
-                 (extract(epoch FROM j.created_at) * 1000)::float8 AS created_ms,
-                 (extract(epoch FROM j.deadline_at) * 1000)::float8 AS deadline_ms, j.ordering_key,
-                 (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
-                 j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
-                 j.trace_context, j.payload_version,
-                 (extract(epoch FROM now() - j.available_at) * 1000)::float8 AS waited_ms`,
+       SELECT c.*, g.flow AS gate_flow, g.wait_ms AS gate_wait_ms FROM gate g LEFT JOIN claimed c ON true`,
       (p: ClaimParams) => [p.queue, p.owner, p.limit, p.leaseMs, p.maxRuntimeMs, p.maxAttempts, p.backoffBaseMs, p.backoffMaxMs, p.oldestFirst],
-      (rows: ClaimedRow[]): ClaimedJob[] =>
-        rows.map((r) => ({
-          id: r.id,
-          queue: r.queue_name,
-          payload: r.payload,
-          priority: r.priority,
-          attempt: r.attempt_count,
-          maxAttempts: r.max_attempts,
-          maxRuntimeMs: r.max_runtime_ms,
-          leaseToken: r.lease_token,
-          createdAt: new Date(r.created_ms),
-          deadlineAt: new Date(r.deadline_ms),
-          orderingKey: r.ordering_key,
-          leaseMsLeft: r.lease_ms_left,
-          leaseAtDeadline: r.lease_at_deadline,
-          traceContext: r.trace_context,
-          payloadVersion: r.payload_version,
-          waitedMs: r.waited_ms,
-        })),
+      (rows: ((ClaimedRow | (Partial<ClaimedRow> & { id: null })) & { gate_flow: boolean; gate_wait_ms: number | null })[]): ClaimedJobs =>
+        claimedJobs(rows, { flow: rows[0]?.gate_flow ?? false, waitMs: rows[0]?.gate_wait_ms ?? null }),
     ),
 
     /**

@@ -17,6 +17,8 @@ export interface EnqueueRow {
   k: string | null;
   /** The payload shape's version (defineJob), or null. */
   v: number | null;
+  /** The job's group, or null. */
+  g: string | null;
 }
 
 /** The batch as one JSON array: the payloads go in as their JSON text, the rest as JSON values. */
@@ -45,7 +47,7 @@ export function enqueueStatements({ define, s, jobs, status }: StatementContext)
      * Inserts a batch in one round trip and wakes workers in the same transaction: NOTIFY is
      * delivered only when the transaction commits, so a worker never wakes for a job it cannot see.
      * Jobs not yet due go to 'scheduled' (database time decides) and wake the scheduler instead.
-     * $1 is a JSON array of { q, p, pr, at, d, ma, mr, tc, k, v }; $2 the channel; $3 the scheduler's payload.
+     * $1 is a JSON array of { q, p, pr, at, d, ma, mr, tc, k, v, g }; $2 the channel; $3 the scheduler's payload.
      */
     enqueue: define(
       'enqueue',
@@ -53,8 +55,8 @@ export function enqueueStatements({ define, s, jobs, status }: StatementContext)
          SELECT t.*, coalesce(t.at, now() + ${ms('coalesce(t.d, 0)')}) AS available_at,
                 row_number() OVER (PARTITION BY t.q, t.k ORDER BY t.ord) AS rank_in_key
          FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
-                AS (q text, p jsonb, pr integer, at timestamptz, d bigint, ma integer, mr integer, tc jsonb, k text, v integer))
-              WITH ORDINALITY AS t(q, p, pr, at, d, ma, mr, tc, k, v, ord)
+                AS (q text, p jsonb, pr integer, at timestamptz, d bigint, ma integer, mr integer, tc jsonb, k text, v integer, g text))
+              WITH ORDINALITY AS t(q, p, pr, at, d, ma, mr, tc, k, v, g, ord)
        ), batch_keys AS (
          SELECT q, k, count(*)::int AS n FROM input WHERE k IS NOT NULL GROUP BY q, k
        ), key_rows AS (
@@ -68,14 +70,14 @@ export function enqueueStatements({ define, s, jobs, status }: StatementContext)
          RETURNING ok.queue_name, ok.ordering_key, ok.unfinished
        ), inserted AS (
          INSERT INTO ${jobs} (queue_name, payload, priority, status, available_at, max_attempts, max_runtime_ms,
-                              trace_context, ordering_key, key_waiting, payload_version)
+                              trace_context, ordering_key, key_waiting, payload_version, group_key)
          -- A JSON null payload is an SQL NULL out of jsonb_to_recordset: store it as JSON null.
          SELECT i.q, coalesce(i.p, 'null'::jsonb), i.pr,
                 CASE WHEN i.available_at > now() THEN 'scheduled'::${status} ELSE 'pending'::${status} END,
                 i.available_at, i.ma, i.mr, i.tc, i.k,
                 -- The key's head is its first job while it had no unfinished one; the rest wait.
                 coalesce(kk.unfinished - bk.n + i.rank_in_key > 1, false),
-                i.v
+                i.v, i.g
          FROM input i
            LEFT JOIN batch_keys bk ON bk.q = i.q AND bk.k = i.k
            LEFT JOIN key_rows kk ON kk.queue_name = i.q AND kk.ordering_key = i.k

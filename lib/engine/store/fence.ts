@@ -16,8 +16,8 @@ export function fence(job: string, id: string, owner: string, token: string): st
  * matches a batch's (id, token) pairs through a hashed subplan).
  */
 export function fenceHolds(job: string, owner: string): string {
-  // `status::text`, not `status`: the same test, but one the reaper's partial index
-  // (lease_expires_at WHERE status = 'running') cannot serve. With it, a planner misled by stale
+  // `status::text`, not `status`: the same test, but one the running jobs' partial index
+  // (jobs_running_idx: queue, group, lease_expires_at WHERE status = 'running') cannot serve. With it, a planner misled by stale
   // statistics walks every running row for each fenced write; without it, the row is found by its
   // primary key, whatever the statistics say.
   //

@@ -3,6 +3,7 @@ import { claimStatements } from './claim.js';
 import { effectStatements } from './effects.js';
 import { enqueueStatements } from './enqueue.js';
 import { fenceStatements } from './fence.js';
+import { flowStatements } from './flow.js';
 import { finishStatements, promoteReleasedKeys, releasingKeys, type KeyRelease } from './finish.js';
 import { maintenanceStatements } from './maintenance.js';
 import { operatorStatements, type DeadPage, type DeadPageParams, type PurgeParams } from './operator.js';
@@ -20,7 +21,8 @@ export type { Queryable, Statement, StatementText, StoreOptions, TransactionOpti
 export { CLIENT_TIMEOUT_SLACK_MS, STATEMENT_TIMEOUT_DEFAULT_MS, transaction } from './statement.js';
 export { decodeLoss, lost, LOSS_CODES, type FencedOutcome, type FenceParams, type FenceState, type LossCode } from './fence.js';
 export type { KeyRelease, CompletionRow } from './finish.js';
-export type { ClaimedJob, ClaimParams, Renewal } from './claim.js';
+export type { ClaimedJob, ClaimedJobs, ClaimGate, ClaimParams, Renewal } from './claim.js';
+export type { FlowLock, ThrottleOutcome } from './flow.js';
 export type { EnqueueRow } from './enqueue.js';
 export type { ReapedJob } from './maintenance.js';
 export type { BegunEffect } from './effects.js';
@@ -34,6 +36,7 @@ function allStatements(schemaName: string, options: StoreOptions) {
     statements: {
       ...enqueueStatements(ctx),
       ...claimStatements(ctx),
+      ...flowStatements(ctx),
       ...fenceStatements(ctx),
       ...finishStatements(ctx),
       ...maintenanceStatements(ctx),

@@ -5,7 +5,7 @@ import { ms, none, type StatementContext } from './statement.js';
 /** Read-only statements: a job, its history and effects, what is unfinished, and the stats. */
 
 /** A queue's figures from the database (the process adds its slots). */
-export type QueueFigures = Omit<QueueStats, 'slots'>;
+export type QueueFigures = Omit<QueueStats, 'slots' | 'flow'>;
 
 export interface UnfinishedGroup {
   queue: string;

@@ -172,6 +172,13 @@ export interface TransactionOptions {
    * also holds through transaction pooling) and on the client (`query_timeout`).
    */
   readonly statementTimeoutMs: number;
+  /**
+   * Plan the transaction's prepared statements once per connection (`plan_cache_mode =
+   * force_generic_plan`): for a large statement whose custom plans cost more to make than to run
+   * (the flow claim: planning took longer than executing), and whose right plan does not depend
+   * on its values.
+   */
+  readonly genericPlans?: boolean;
 }
 
 /**
@@ -191,7 +198,8 @@ export async function transaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) 
   client.on('error', onError);
   try {
     // One round trip; the value is a validated integer (SET cannot take a parameter).
-    await client.query(bounded(`BEGIN; SET LOCAL statement_timeout = ${Math.trunc(options.statementTimeoutMs)}`));
+    const generic = options.genericPlans ? '; SET LOCAL plan_cache_mode = force_generic_plan' : '';
+    await client.query(bounded(`BEGIN; SET LOCAL statement_timeout = ${Math.trunc(options.statementTimeoutMs)}${generic}`));
     const result = await fn(client);
     await client.query(bounded('COMMIT'));
     return result;

@@ -96,8 +96,8 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
        max_attempts = 5, backoff_base_ms = 1000, backoff_max_ms = 60000
      WHERE id IN (SELECT id FROM pgqueue.jobs WHERE status = 'pending' ORDER BY id DESC LIMIT 10000)`,
   );
-  const reapPlan = await explainStatement(client, store.statements.reapExpired, store.statements.reapExpired.values({ limit: 500, setAside: [], only: null }), 'jobs_expired_lease_idx');
-  expect(reapPlan.scans).toContain('Index Scan on jobs_expired_lease_idx');
+  const reapPlan = await explainStatement(client, store.statements.reapExpired, store.statements.reapExpired.values({ limit: 500, setAside: [], only: null }), 'jobs_running_idx');
+  expect(reapPlan.scans).toContain('Index Scan on jobs_running_idx');
   expect(reapPlan.scans.some((s) => s.startsWith('Seq Scan'))).toBe(false);
 
   const reaper = { batchSize: 500, maxBatchesPerPass: 5 };
