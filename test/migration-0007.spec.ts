@@ -1,10 +1,7 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import { migrate } from '../lib/engine/migrator.js';
 import { createStore } from '../lib/engine/store/index.js';
-import { createTestDatabase, migrationsBefore, type TestDatabase } from './support/database.js';
+import { migrationsBefore, migrationTestSetup } from './support/database.js';
 
 /**
  * 0007 rewrites the queue-name CHECK of jobs (evaluated on every UPDATE of a job) without the
@@ -13,25 +10,12 @@ import { createTestDatabase, migrationsBefore, type TestDatabase } from './suppo
  * after it (an older process's statements), and the rule is the same as before.
  */
 
-let db: TestDatabase;
-let pool: pg.Pool;
-let scratch: string;
 const schema = 'm0007';
 const store = createStore(schema);
 const claimOf = (owner: string) =>
   ({ queue: 'mq', owner, limit: 1, leaseMs: 60_000, maxRuntimeMs: 60_000, maxAttempts: 5, backoffBaseMs: 0, backoffMaxMs: 0, oldestFirst: 0 }) as const;
 
-beforeAll(async () => {
-  db = await createTestDatabase('migration0007');
-  pool = new pg.Pool({ connectionString: db.url, max: 4 });
-  scratch = await mkdtemp(join(tmpdir(), 'pgq-m0007-'));
-});
-
-afterAll(async () => {
-  await pool?.end();
-  await db?.drop();
-  if (scratch) await rm(scratch, { recursive: true, force: true });
-});
+const setup = migrationTestSetup('migration0007', 4);
 
 async function errorOf(promise: Promise<unknown>): Promise<pg.DatabaseError> {
   try {
@@ -43,6 +27,7 @@ async function errorOf(promise: Promise<unknown>): Promise<pg.DatabaseError> {
 }
 
 test('0007 upgrades a live database of the previous schema: no job lost, old statements still run, bad names still refused', async () => {
+  const { pool, scratch } = setup;
   // Today's schema up to 0006, from a copy of the package's files without 0007 and later.
   const before = await migrationsBefore(scratch, '0007');
   await migrate(pool, { schema, migrationsDir: before });

@@ -1,28 +1,14 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import { migrate } from '../lib/engine/migrator.js';
-import { createTestDatabase, migrationsBefore, type TestDatabase } from './support/database.js';
+import { migrationsBefore, migrationTestSetup } from './support/database.js';
 
 /** 0008 adds payload_version to a live database: no row changes, jobs queued before it have no version (version 1 to a handler). */
-let db: TestDatabase;
-let pool: pg.Pool;
-let scratch: string;
 const schema = 'm0008';
 
-beforeAll(async () => {
-  db = await createTestDatabase('migration0008');
-  pool = new pg.Pool({ connectionString: db.url, max: 2 });
-  scratch = await mkdtemp(join(tmpdir(), 'pgq-m0008-'));
-});
-afterAll(async () => {
-  await pool?.end();
-  await db?.drop();
-  if (scratch) await rm(scratch, { recursive: true, force: true });
-});
+const setup = migrationTestSetup('migration0008', 2);
 
 test('0008 upgrades a live database of 0007: every job stays as it was, with no version', async () => {
+  const { pool, scratch } = setup;
   const before = await migrationsBefore(scratch, '0008');
   await migrate(pool, { schema, migrationsDir: before });
   await pool.query(`INSERT INTO ${schema}.queues (name) VALUES ('q')`);

@@ -1,9 +1,6 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import { migrate } from '../lib/engine/migrator.js';
-import { createTestDatabase, migrationsBefore, type TestDatabase } from './support/database.js';
+import { migrationsBefore, migrationTestSetup } from './support/database.js';
 
 /**
  * 0009 (flow control) upgrades a live database of 0008's schema: every job stays as it was, with no
@@ -12,24 +9,12 @@ import { createTestDatabase, migrationsBefore, type TestDatabase } from './suppo
  * runs after it.
  */
 
-let db: TestDatabase;
-let pool: pg.Pool;
-let scratch: string;
 const schema = 'm0009';
 
-beforeAll(async () => {
-  db = await createTestDatabase('migration0009');
-  pool = new pg.Pool({ connectionString: db.url, max: 4 });
-  scratch = await mkdtemp(join(tmpdir(), 'pgq-m0009-'));
-});
-
-afterAll(async () => {
-  await pool?.end();
-  await db?.drop();
-  if (scratch) await rm(scratch, { recursive: true, force: true });
-});
+const setup = migrationTestSetup('migration0009', 4);
 
 test('0009 upgrades a live database of 0008: no job changes, no queue gets flow control, old statements still run', async () => {
+  const { pool, scratch } = setup;
   await migrate(pool, { schema, migrationsDir: await migrationsBefore(scratch, '0009') });
   await pool.query(`INSERT INTO ${schema}.queues (name) VALUES ('q'), ('paused')`);
   await pool.query(`UPDATE ${schema}.queues SET paused_at = now() WHERE name = 'paused'`);

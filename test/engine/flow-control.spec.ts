@@ -166,39 +166,51 @@ test('a throttled group claims nothing until its throttle ends; the other groups
   expect((await flowClaim('thr2', 10)).map((j) => j.group)).toEqual(['x', 'x']);
 });
 
-test('fairness: a flood of one group does not hold back the groups that come after it; without fairness they wait for it', async () => {
-  const waits = async (fair: boolean, batchSize: number) => {
-    const queue = `fair-${fair ? 'on' : 'off'}-${batchSize}`;
+test('fairness: a flood of 10,000 jobs of one group does not hold back 20 groups of 10 that come after it; without fairness they wait for the flood', async () => {
+  const FLOOD = 10_000;
+  const SMALL = 20;
+  const EACH = 10;
+  const prepare = async (queue: string, fair: boolean) => {
     await fx.pool.query(`INSERT INTO pgqueue.queues (name) VALUES ($1) ON CONFLICT DO NOTHING`, [queue]);
     const q = fx.make();
-    await q.declareQueues([queue]);
     // Fairness off but a limit on: the flow claim, in the claim's plain order.
-    await q.setLimits(queue, fair ? { groupFairness: true } : { globalConcurrency: 1_000 });
-    await q.enqueueMany(Array.from({ length: 1_000 }, (_, n) => ({ queue, payload: { n }, options: { group: 'flood' } })));
-    await q.enqueueMany(Array.from({ length: 5 * 3 }, (_, n) => ({ queue, payload: { n }, options: { group: `small-${n % 5}` } })));
+    await q.setLimits(queue, fair ? { groupFairness: true } : { globalConcurrency: 1_000_000 });
+    for (let from = 0; from < FLOOD; from += 5_000) {
+      await q.enqueueMany(Array.from({ length: 5_000 }, (_, n) => ({ queue, payload: { n: from + n }, options: { group: 'flood' } })));
+    }
+    await q.enqueueMany(Array.from({ length: SMALL * EACH }, (_, n) => ({ queue, payload: { n }, options: { group: `small-${n % SMALL}` } })));
+  };
+  /** Claims until `done` says so; the groups of the claimed jobs, batch by batch. */
+  const claimUntil = async (queue: string, batchSize: number, done: (order: string[]) => boolean) => {
     const order: string[] = [];
-    let small = 0;
-    while (small < 15) {
+    while (!done(order)) {
       const batch = await flowClaim(queue, batchSize);
       expect(batch.length).toBeGreaterThan(0);
       order.push(...batch.map((j) => j.group!));
-      small += batch.filter((j) => j.group !== 'flood').length;
       await completeAll(batch);
     }
-    // Jobs claimed up to the batch that held each small group's last job (a batch is claimed at
-    // once: the order within one is the database's).
-    return Array.from({ length: 5 }, (_, g) => {
-      const at = order.lastIndexOf(`small-${g}`);
-      return Math.min(order.length, (Math.floor(at / batchSize) + 1) * batchSize);
-    });
+    return order;
   };
+  const smallDone = (order: string[]) => order.filter((g) => g !== 'flood').length === SMALL * EACH;
   // The bound (docs/flow-control.md): the k-th job of a group is dealt within k turns of the
-  // round-robin, a turn being the weights of the groups with work (here 6): 3 × 6 = 18, and it is
-  // claimed by the batch that deals it (at most batch - 1 more).
-  for (const claims of await waits(true, 1)) expect(claims).toBeLessThanOrEqual(18);
-  for (const claims of await waits(true, 10)) expect(claims).toBeLessThanOrEqual(18 + 10 - 1);
-  for (const claims of await waits(false, 10)) expect(claims).toBeGreaterThan(1_000);
-});
+  // round-robin, a turn being the weights of the groups with work (here 21): the 10th job of each
+  // small group within 10 × 21 = 210 claimed jobs; a batch claim takes it with its batch (at most
+  // batch - 1 more). Counted up to the end of the batch that held each small group's last job.
+  const bound = EACH * (SMALL + 1);
+  for (const batchSize of [1, 10]) {
+    const queue = `fair-on-${batchSize}`;
+    await prepare(queue, true);
+    const order = await claimUntil(queue, batchSize, smallDone);
+    for (let g = 0; g < SMALL; g++) {
+      const claimed = (Math.floor(order.lastIndexOf(`small-${g}`) / batchSize) + 1) * batchSize;
+      expect(claimed).toBeLessThanOrEqual(bound + batchSize - 1);
+    }
+  }
+  // Without fairness, the first small job comes after the whole flood.
+  await prepare('fair-off', false);
+  const order = await claimUntil('fair-off', 100, (o) => o.some((g) => g !== 'flood'));
+  expect(order.indexOf(order.find((g) => g !== 'flood')!)).toBeGreaterThanOrEqual(FLOOD);
+}, 120_000);
 
 test('weights: a group of weight 3 gets three jobs per turn', async () => {
   const queue = 'weighted';

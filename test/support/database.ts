@@ -1,5 +1,7 @@
-import { copyFile, mkdtemp, readdir } from 'node:fs/promises';
+import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { MIGRATIONS_DIR } from '../../lib/engine/migrator.js';
 import { createTestDatabase as createDatabase, urlForDatabase, type TestDatabase } from '../../lib/testing/index.js';
 
@@ -32,4 +34,24 @@ export async function migrationsBefore(parent: string, before: string): Promise<
   const dir = await mkdtemp(join(parent, 'migrations-'));
   for (const name of await readdir(MIGRATIONS_DIR)) if (name.endsWith('.sql') && name < before) await copyFile(join(MIGRATIONS_DIR, name), join(dir, name));
   return dir;
+}
+
+/**
+ * The setup of a migration test file: a database of its own, a pool on it, and a scratch
+ * directory for copies of earlier migrations (migrationsBefore), made before the file's tests and
+ * removed after them. Read the fields inside tests (they are set by beforeAll).
+ */
+export function migrationTestSetup(label: string, poolSize = 4) {
+  const setup = {} as { db: TestDatabase; pool: pg.Pool; scratch: string };
+  beforeAll(async () => {
+    setup.db = await createTestDatabase(label);
+    setup.pool = new pg.Pool({ connectionString: setup.db.url, max: poolSize });
+    setup.scratch = await mkdtemp(join(tmpdir(), `pgq-${label}-`));
+  });
+  afterAll(async () => {
+    await setup.pool?.end();
+    await setup.db?.drop();
+    if (setup.scratch) await rm(setup.scratch, { recursive: true, force: true });
+  });
+  return setup;
 }
