@@ -8,6 +8,7 @@ import { instrumentPool } from './lib/diag.mjs';
 const QUEUE = 'bench';
 /** The queue of the backlog bench's "another queue" million (bench/backlog.mjs). */
 const OTHER_QUEUE = 'bench-other';
+const PARENT_QUEUE = 'bench-parent';
 /** Rows per INSERT … SELECT of fillBacklog. */
 const FILL_CHUNK = 100_000;
 const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
@@ -99,6 +100,7 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
   const side = `"${schema}".bench_side`;
   let started = false;
   let sideTable = false;
+  let parentWorker = false;
 
   // The `defined` variants: the same queue through a defineJob with a zod schema (validation on at
   // enqueue and before each handler). Builds without defineJob skip them.
@@ -112,6 +114,17 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
     /** `optionsOf(payload)`: per-job enqueue options (a variant's ordering key). */
     enqueueMany: (payloads, optionsOf) =>
       queue.enqueueMany(payloads.map((payload) => ({ queue: QUEUE, payload, ...(optionsOf ? { options: optionsOf(payload) } : {}) }))),
+
+    /** A flow: a parent (queue bench-parent) whose children are `payloads` on the bench queue. */
+    enqueueFlow: async (payloads) => {
+      if (!engine.FLOW_RESULT_MAX_BYTES) throw new Error('this build has no flows: the flow variants need enqueueFlow');
+      await queue.declareQueues([PARENT_QUEUE]);
+      if (!parentWorker) {
+        parentWorker = true;
+        queue.work(PARENT_QUEUE, async (_job, ctx) => void (await ctx.childResults({ limit: 1 })), { concurrency: 2 });
+      }
+      return queue.enqueueFlow({ queue: PARENT_QUEUE, payload: {}, children: payloads.map((payload) => ({ queue: QUEUE, payload })) });
+    },
 
     /** `variant`: `{ handler: keyof HANDLERS, worker: extra HandlerOptions }` (default: a no-op, no options). */
     async startWorker({ concurrency, settings, handler, variant = {} }) {

@@ -55,7 +55,7 @@ if (args.help) {
                     enqueue_single*, enqueue_bulk*, process_tuned*, process_tuned_2p*,
                     process_defaults*, latency*, process_pf10, process_pf100, process_pf500, and the
                     engine-only variants at prefetch 100: process_strict, process_keyed, process_defined,
-                    process_flow, process_fair100, process_group{1,100,10000}_limit1, process_group2_rate100,
+                    process_flow, process_fair100, process_group{1,100,10000}_limit1, process_group2_rate100, process_flow_children,
                     enqueue_single_defined,
                     process_insert, process_complete_tx, process_effect, process_retry;
                     "all" for every one
@@ -230,6 +230,8 @@ const scenarios = [
     // over 100 groups, and a group limit of 1 under contention with 1, 100 and 10,000 groups.
     ['process_flow', 'flow', { worker: { limits: { globalConcurrency: 1_000_000 } } }, 'no-op, globalConcurrency 1,000,000 (the flow claim, a limit that never binds)'],
     ['process_fair100', 'fair100', { groups: 100, worker: { limits: { groupFairness: true } } }, 'no-op, jobs round-robin over 100 groups, groupFairness'],
+    // Flows (docs/flows.md): the jobs as children of flows of 1,000 (each child's completion carries its result, then settles its parent).
+    ['process_flow_children', 'flowChildren', { flowChildren: 1_000 }, 'no-op, the jobs as children of flows of 1,000 (plus 1 parent each): each completion fenced on its own, then its parent settled'],
     // Throughput against a rate limit: 2 groups at 100 claims per second each (the run is capped by design: the figure should read ~200).
     ['process_group2_rate100', 'group2.rate100', { groups: 2, worker: { limits: { groupRateLimit: { limit: 100, windowMs: 1_000 } } } }, 'no-op, 2 groups, groupRateLimit 100 per second each (the limit: 200 jobs/s)'],
     ...[1, 100, 10_000].map((groups) => [

@@ -47,11 +47,12 @@ export async function enqueueBulk(sys, { jobs, batch }) {
  * then per second, and the run is marked capped.
  *
  * `variant` (engine only, see bench/ours.mjs): `orderingKeys` spreads the jobs round-robin over
- * that many ordering keys, `groups` over that many groups; `handler` and `worker` choose what the handler does and extra handler
+ * that many ordering keys, `groups` over that many groups; `flowChildren` preloads the jobs as the
+ * children of flows of that many (plus one parent each, run once its children succeeded); `handler` and `worker` choose what the handler does and extra handler
  * options; `executionsPerJob` is how often each job's handler is expected to run (2 for fail-once).
  */
 export async function processing(sys, { jobs, batch, concurrency, settings, maxSeconds, benchUrl, figure, variant }) {
-  await preload(sys, { jobs, batch, benchUrl, orderingKeys: variant?.orderingKeys, groups: variant?.groups });
+  await preload(sys, { jobs, batch, benchUrl, orderingKeys: variant?.orderingKeys, groups: variant?.groups, flowChildren: variant?.flowChildren });
 
   const expectedExecutions = jobs * (variant?.executionsPerJob ?? 1);
   let handled = 0;
@@ -242,7 +243,13 @@ export async function tableStats(benchUrl, schema, tables) {
 }
 
 /** `jobs` jobs inserted in calls of `batch` before any worker starts, then ANALYZE. */
-async function preload(sys, { jobs, batch, benchUrl, orderingKeys, groups }) {
+async function preload(sys, { jobs, batch, benchUrl, orderingKeys, groups, flowChildren }) {
+  if (flowChildren) {
+    // Flows of `flowChildren` children each (their parents are extra jobs, counted in the total).
+    for (let start = 0; start < jobs; start += flowChildren) await sys.enqueueFlow(range(start, Math.min(jobs, start + flowChildren)).map(payloadOf));
+    await analyze(benchUrl);
+    return;
+  }
   const optionsOf =
     orderingKeys || groups
       ? (payload) => ({ ...(orderingKeys ? { orderingKey: `k${payload.i % orderingKeys}` } : {}), ...(groups ? { group: `g${payload.i % groups}` } : {}) })

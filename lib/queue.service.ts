@@ -9,6 +9,8 @@ import {
   type EnqueueOptions,
   type JobEvent,
   type JobEventRecord,
+  type FlowNode,
+  type EnqueuedFlow,
   type GroupLimits,
   type GroupLimitsInput,
   type GroupLimitsRecord,
@@ -174,6 +176,15 @@ export class QueueService {
   }
 
   /** Stops claims of `queue` in every process; running jobs finish. `QUEUE_NOT_FOUND` for an undeclared queue. */
+  /**
+   * Adds a flow: a job and the jobs it waits for (`children`, which may have children too), in one
+   * transaction (yours, with `client`). The job runs once every child has succeeded (or was
+   * discarded) and reads their return values with `ctx.childResults()` (docs/flows.md).
+   */
+  enqueueFlow(flow: FlowNode, options: EnqueueCallOptions = {}): Promise<EnqueuedFlow> {
+    return this.engine.enqueueFlow(flow, options);
+  }
+
   /**
    * Sets a queue's flow control for every process: `globalConcurrency`, `groupConcurrency`,
    * `rateLimit` / `groupRateLimit` (`{ limit, windowMs }`), `groupFairness`. A field left out keeps

@@ -279,6 +279,7 @@ const stats: EngineStats = {
       runningNearExpiry: 0,
       blockedKeys: 0,
       flow: undefined,
+      blockedFlows: 0,
       slots: { busy: 0, total: 1 },
     },
   ],

@@ -33,7 +33,7 @@ test('0007 upgrades a live database of the previous schema: no job lost, old sta
   await migrate(pool, { schema, migrationsDir: before });
   // Today's statements stand in for an older process's; they read payload_version (0008) and the
   // group and flow-control columns (0009), so those are added ahead here as the later migrations add them.
-  await pool.query(`ALTER TABLE ${schema}.jobs ADD COLUMN payload_version integer, ADD COLUMN group_key text`);
+  await pool.query(`ALTER TABLE ${schema}.jobs ADD COLUMN payload_version integer, ADD COLUMN group_key text, ADD COLUMN parent_id bigint`);
   await pool.query(`ALTER TABLE ${schema}.queues ADD COLUMN flow boolean NOT NULL DEFAULT false, ADD COLUMN throttled_until timestamptz`);
   expect((await pool.query(`SELECT conname FROM pg_constraint WHERE conrelid = '${schema}.jobs'::regclass AND conname = 'jobs_queue_name_check'`)).rowCount).toBe(1);
 

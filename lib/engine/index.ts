@@ -31,6 +31,7 @@ export type {
   EffectOptions,
   Reconciliation,
   RateLimit,
+  ChildResult,
   QueueLimits,
   QueueLimitsInput,
   GroupLimits,
@@ -39,6 +40,7 @@ export type {
 } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES } from './effects.js';
 export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
+export { FLOW_RESULT_MAX_BYTES, FLOW_MAX_JOBS, type FlowNode, type FlowJobOptions, type EnqueuedFlow } from './flows.js';
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';
 export { FAILURE_LOG_INTERVAL_MS } from './log-throttle.js';

@@ -2,7 +2,8 @@ import type { AttemptDeps } from './attempt.js';
 import { runEffect } from './effects.js';
 import type { Lease } from './lease.js';
 import { completeInTransaction, type Completion } from './transactional-completion.js';
-import type { CompleteOptions, EffectOptions, JobContext, Queryable } from './types.js';
+import { requireInteger } from './config.js';
+import type { ChildResult, CompleteOptions, EffectOptions, JobContext, Queryable } from './types.js';
 
 /**
  * The worker's executor builds the handler's context over the attempt's lease (River's executor
@@ -22,6 +23,8 @@ export function jobContext(lease: Lease, deps: AttemptDeps): JobContext {
     heartbeat: () => lease.heartbeat(),
     complete: (work, options) => complete(lease, deps, work, options),
     effect: (name, call, options) => effect(lease, deps, name, call, options),
+    childResults: <R>(page: { after?: string; limit?: number } = {}) =>
+      deps.store.childResults(deps.db, { parent: lease.job.id, after: page.after ?? '0', limit: requireInteger('limit', page.limit ?? 10_000, 1, 100_000) }) as Promise<ChildResult<R>[]>,
   };
 }
 

@@ -266,6 +266,7 @@ export class Lease implements Attempt {
       idempotencyKey: `${schema}:${row.queue}:${row.id}`,
       orderingKey: row.orderingKey,
       group: row.group,
+      parentId: row.parentId,
       createdAt: row.createdAt,
       deadlineAt: row.deadlineAt,
       version: row.payloadVersion,

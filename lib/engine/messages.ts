@@ -140,6 +140,16 @@ export const JOB_QUEUE_NAME_INVALID = (where: string, described: string) =>
 
 export const JOB_OPTIONS_NOT_AN_OBJECT = (where: string, described: string) => `${where}: options must be an object, not ${described}.`;
 
+export const FLOW_NOT_A_NODE = (where: string, described: string) =>
+  `${where} must be a flow node { queue, payload, options?, children?, failOnDeadChild? }, not ${described}. Nothing was enqueued.`;
+
+export const FLOW_OPTION_REFUSED = (where: string, option: string) =>
+  `${where}: option "${option}" is not for a flow's jobs (they take priority, delayMs, maxAttempts, maxRuntimeMs and group). ` +
+  `Enqueue the job on its own, or leave the option out. Nothing was enqueued.`;
+
+export const FLOW_TOO_LARGE = (max: number) =>
+  `The flow has more than ${max} jobs: it is inserted in one transaction. Split it into flows of at most ${max} jobs. Nothing was enqueued.`;
+
 export const JOB_OPTION_INVALID = (where: string, option: string, described: string, expected: string) =>
   `${where}: option "${option}" is ${described}; it must be ${expected}. Nothing was enqueued.`;
 

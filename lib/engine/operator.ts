@@ -18,6 +18,8 @@ export interface OperatorDeps {
   readonly channel: string;
   /** A statement left key handoffs to apply (see key-handoffs.ts). */
   readonly keysDeferred: () => void;
+  /** A job was discarded, cancelled or replayed: a flow parent waiting for it may be ready (see maintenance/flows.ts). */
+  readonly flowsChanged?: () => void;
 }
 
 /**
@@ -164,6 +166,21 @@ export class OperatorCalls {
     if (row.previousStatus === undefined) throw new JobStateError('JOB_NOT_FOUND', JOB_NOT_FOUND(id));
     if (!row.applied) {
       throw new JobStateError(refusal, JOB_REFUSED(id, row.previousStatus, allowed, verb));
+    }
+    this.deps.flowsChanged?.();
+    // Cancelling a flow's parent cancels what it waits for (children, theirs, …), a bounded page
+    // at a time; one that finished meanwhile is left as it is.
+    if (kind === 'cancelled') {
+      for (;;) {
+        const descendants = await this.deps.store.unfinishedDescendants(this.deps.db, { id: params.id, limit: OPERATOR_BATCH_MAX });
+        let cancelled = 0;
+        for (const child of descendants) {
+          const childParams = { ...params, id: child, allowed: ['scheduled', 'pending', 'running'] as JobStatus[], reason: params.reason ?? `its flow's parent ${params.id} was cancelled` };
+          const done = await this.deps.store.releasingKeys(this.deps.db, this.deps.channel, (db) => this.deps.store.cancel(db, childParams), this.deps.keysDeferred);
+          if (done.applied) cancelled += 1;
+        }
+        if (descendants.length < OPERATOR_BATCH_MAX || cancelled === 0) break;
+      }
     }
   }
 }

@@ -2,6 +2,7 @@ import { COMPLETER_OPTIONS, type CompleterConfig } from './completer.js';
 import { boolean, integer, nested, oneOf, opaque, section, string, TIMER_MAX_MS, timerMs } from './config.js';
 import { DEFAULT_SCHEMA } from './identifiers.js';
 import { KEY_HANDOFFS_OPTIONS, type KeyHandoffsConfig } from './maintenance/key-handoffs.js';
+import { FLOWS_OPTIONS, type FlowsConfig } from './maintenance/flows.js';
 import { FAILURE_LOG_INTERVAL_MS } from './log-throttle.js';
 import { MIGRATION_MODE_DEFAULT, MIGRATION_MODES } from './migrator.js';
 import { NOTIFIER_OPTIONS, type NotifierConfig } from './notifier.js';
@@ -60,6 +61,8 @@ export interface PgQueueOptions {
   completer?: Partial<CompleterConfig>;
   /** The pass that hands ordering keys on when a producer held the key's row at completion. */
   keyHandoffs?: Partial<KeyHandoffsConfig>;
+  /** The pass that settles flow parents a worker could not (see docs/flows.md). */
+  flows?: Partial<FlowsConfig>;
   /**
    * Bound of every statement the engine runs, and of every connection its pool opens (default
    * 10 s): client-side on every statement (a connection that died silently fails it instead of
@@ -100,7 +103,7 @@ export const MAX_FREE_RELEASES_DEFAULT = 3;
 export const STARTUP_RETRY_DEFAULT_MS = 30_000;
 
 /** What the engine's constructor works with: every option with a default has its value. */
-export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'handlerDefaults'> &
+export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'flows' | 'handlerDefaults'> &
   Required<Pick<PgQueueOptions, 'poolSize' | 'preparedStatements' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs' | 'startupRetryMs'>> & {
     reaper: ReaperConfig;
     scheduler: SchedulerConfig;
@@ -108,6 +111,7 @@ export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' 
     notifier: NotifierConfig;
     completer: CompleterConfig;
     keyHandoffs: KeyHandoffsConfig;
+    flows: FlowsConfig;
     handlerDefaults: HandlerOptions;
   };
 
@@ -135,6 +139,7 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     notifier: nested(NOTIFIER_OPTIONS),
     completer: nested(COMPLETER_OPTIONS),
     keyHandoffs: nested(KEY_HANDOFFS_OPTIONS),
+    flows: nested(FLOWS_OPTIONS),
     // The client-side timeout adds CLIENT_TIMEOUT_SLACK_MS, and a timer waits at most TIMER_MAX_MS.
     statementTimeoutMs: integer(100, TIMER_MAX_MS - CLIENT_TIMEOUT_SLACK_MS),
     failureLogIntervalMs: timerMs(0),

@@ -3,6 +3,8 @@ import { hostname } from 'node:os';
 import pg from 'pg';
 import { Completer } from './completer.js';
 import { KeyHandoffs } from './maintenance/key-handoffs.js';
+import { FlowsPass } from './maintenance/flows.js';
+import { enqueueFlow, type EnqueuedFlow, type FlowNode } from './flows.js';
 import { requireInteger, resolveSection, TIMER_MAX_MS } from './config.js';
 import { ENGINE_OPTIONS, type PgQueueOptions, type ResolvedEngineOptions } from './options.js';
 
@@ -110,6 +112,7 @@ export class PgQueue {
   private readonly notifier: Notifier;
   private readonly pruner: Pruner | undefined;
   private readonly keyHandoffs: KeyHandoffs;
+  private readonly flows: FlowsPass;
   /** The maintenance services, started in this order and stopped in reverse. */
   private readonly maintainer: Maintainer;
   /** pause, resume, cancel, discard, replay, dead jobs: see operator.ts. */
@@ -222,8 +225,9 @@ export class PgQueue {
     this.keysDeferred = keysDeferred;
     this.reaper = new Reaper(this.pool, this.store, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
     this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.store, this.logger, this.failures, options.pruner);
-    this.maintainer = new Maintainer([this.notifier, this.scheduler, this.keyHandoffs, this.reaper, ...(this.pruner ? [this.pruner] : [])]);
-    this.operator = new OperatorCalls({ db: this.pool, store: this.store, channel, keysDeferred });
+    this.flows = new FlowsPass(this.pool, this.store, channel, this.failures, options.flows);
+    this.maintainer = new Maintainer([this.notifier, this.scheduler, this.keyHandoffs, this.reaper, ...(this.pruner ? [this.pruner] : []), this.flows]);
+    this.operator = new OperatorCalls({ db: this.pool, store: this.store, channel, keysDeferred, flowsChanged: () => this.flows.wake() });
     this.completer = new Completer(this.pool, this.store, this.workerId, channel, options.completer, keysDeferred);
     this.producer = new Producer({
       db: this.pool,
@@ -563,6 +567,33 @@ export class PgQueue {
     return this.call(() => this.producer.enqueueMany(jobs, options), options?.client);
   }
 
+  /**
+   * Adds a flow (docs/flows.md): a job and the jobs it waits for (`children`, which may have
+   * children too), in one transaction (the caller's, with `client`). A job with children runs only
+   * once every child has succeeded (or was discarded), and reads their results with
+   * `ctx.childResults()`. Resolves to the ids, shaped as the flow.
+   */
+  enqueueFlow(flow: FlowNode, options: EnqueueCallOptions = {}): Promise<EnqueuedFlow> {
+    return this.call(
+      () =>
+        enqueueFlow(
+          {
+            db: this.pool,
+            pool: this.pool,
+            store: this.store,
+            channel: this.channel,
+            schedulerTopic: SCHEDULER_TOPIC,
+            maxPayloadBytes: this.producer.maxPayloadBytes,
+            statementTimeoutMs: this.store.statementTimeoutMs,
+            isKnownQueue: (queue, db) => this.isKnownQueue(queue, db),
+          },
+          flow,
+          options,
+        ),
+      options.client,
+    );
+  }
+
   getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {
     return this.call(async () => {
       if (!isJobId(id)) return undefined;
@@ -704,10 +735,11 @@ export class PgQueue {
       const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
       const recentWindowMs = requireInteger('recentWindowMs', options.recentWindowMs ?? RECENT_WINDOW_MS_DEFAULT, 1, RECENT_WINDOW_MS_MAX);
       const topGroups = requireInteger('topGroups', options.topGroups ?? 10, 0, 1_000);
-      const [queues, database, flows] = await Promise.all([
+      const [queues, database, flows, blockedFlows] = await Promise.all([
         this.store.queueStats(this.pool, { nearExpiryMs, recentWindowMs }),
         this.store.databaseStats(this.pool),
         this.store.flowStats(this.pool, { topGroups }),
+        this.store.blockedFlows(this.pool),
       ]);
       const flowOf = new Map(flows.map((f) => [f.queue, f]));
       return {
@@ -715,7 +747,7 @@ export class PgQueue {
         recentWindowMs,
         queues: queues.map((q) => {
           const worker = this.workers.get(q.queue);
-          return { ...q, slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined, flow: flowOf.get(q.queue) };
+          return { ...q, slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined, flow: flowOf.get(q.queue), blockedFlows: blockedFlows.get(q.queue) ?? 0 };
         }),
         database,
       };

@@ -71,6 +71,11 @@ export interface ProducerDeps {
 export class Producer {
   constructor(private readonly deps: ProducerDeps) {}
 
+  /** The largest payload it takes, in bytes of JSON (flows are checked against it too). */
+  get maxPayloadBytes(): number {
+    return this.deps.maxPayloadBytes;
+  }
+
   async enqueueMany(jobs: readonly JobToEnqueue[], call: EnqueueCallOptions = {}): Promise<string[]> {
     if (!Array.isArray(jobs)) throw new InvalidJobError('INVALID_JOB_OPTION', JOBS_NOT_AN_ARRAY());
     if (jobs.length === 0) return [];

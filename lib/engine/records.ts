@@ -57,6 +57,8 @@ export interface QueueStats {
   runningNearExpiry: number;
   /** Ordering keys held by a dead job: their later jobs wait until it is replayed or discarded. */
   blockedKeys: number;
+  /** Flow parents of this queue held by a dead child until it is replayed or discarded (docs/flows.md). */
+  blockedFlows: number;
   /** This process's handler slots for the queue (busy / total), when it handles it. */
   slots: { busy: number; total: number } | undefined;
   /** Flow control, when the queue has it on (limits, fairness, group settings): what it holds back. */
@@ -120,6 +122,8 @@ export interface JobEventRecord {
   actor: string | null;
   errorCode: string | null;
   message: string | null;
+  /** In a flow parent's history: the child this event happened to (its deaths, discards, replays). */
+  childId?: string;
 }
 
 export interface JobEffectRecord {

@@ -46,6 +46,8 @@ export interface Job<T = unknown> {
   readonly orderingKey: string | null;
   /** The job's group, if it was enqueued with one (see flow control: groups and their limits). */
   readonly group: string | null;
+  /** In a flow (enqueueFlow): the parent that waits for this job, which reads its return value; else null. */
+  readonly parentId: string | null;
   readonly createdAt: Date;
   /** When this attempt must end at the latest (the maximum runtime); no heartbeat extends past it. */
   readonly deadlineAt: Date;
@@ -88,6 +90,23 @@ export interface JobContext {
    * (`options.reconcile`) or called again with the same key.
    */
   effect<R>(name: string, call: (idempotencyKey: string) => Promise<R>, options?: EffectOptions<R>): Promise<R>;
+  /**
+   * In a flow's parent (enqueueFlow): its children, by id, with their handlers' return values, a
+   * page at a time (default: up to 10,000 after `after`). Empty for a job without children.
+   */
+  childResults<R = unknown>(page?: { after?: string; limit?: number }): Promise<ChildResult<R>[]>;
+}
+
+/** A flow child as its parent's handler reads it (`ctx.childResults()`). */
+export interface ChildResult<R = unknown> {
+  id: string;
+  queue: string;
+  /** 'succeeded', or 'cancelled' when an operator discarded (or cancelled) it. */
+  status: string;
+  /** Its handler's return value (null when it returned nothing, or was discarded). */
+  result: R | null;
+  /** Resolved by an operator, not by succeeding: its result is null. */
+  discarded: boolean;
 }
 
 /** What a reconcile function reports after asking the destination about an uncertain effect. */

@@ -1,7 +1,9 @@
 import { performance } from 'node:perf_hooks';
 import { integer, nested, number, opaque, resolveSection, section, type Section } from './config.js';
 import type pg from 'pg';
-import { InvalidOptionError, JobAbortedError, RateLimitedError, RetryableJobError, type FenceLossReason } from './errors.js';
+import { InvalidOptionError, JobAbortedError, PermanentJobError, RateLimitedError, RetryableJobError, type FenceLossReason } from './errors.js';
+import { payloadJson } from './json.js';
+import { FLOW_RESULT_MAX_BYTES } from './flows.js';
 import type { Completer, CompletionOutcome } from './completer.js';
 import { jobContext } from './job-context.js';
 import { Lease, LeaseTimers, type LeaseHooks } from './lease.js';
@@ -125,7 +127,8 @@ export interface WorkerHooks {
 }
 
 type WorkerState = 'idle' | 'running' | 'stopping' | 'stopped';
-type Outcome = { ok: true } | { ok: false; error: unknown };
+/** `value`: a flow child's return value (its parent reads it); not kept for other jobs. */
+type Outcome = { ok: true; value?: unknown } | { ok: false; error: unknown };
 
 const SUCCEEDED: Outcome = { ok: true };
 
@@ -560,7 +563,7 @@ export class Worker {
     }
     // Always settles in a later microtask, never during dispatch (which has yet to record the run).
     return Promise.resolve(result).then(
-      () => this.settled(lease, SUCCEEDED, startedAt),
+      (value) => this.settled(lease, lease.job.parentId === null ? SUCCEEDED : { ok: true, value }, startedAt),
       (error: unknown) => this.settled(lease, { ok: false, error }, startedAt),
     );
   }
@@ -577,7 +580,7 @@ export class Worker {
     lease.dispose();
     this.dispatch();
     this.poke();
-    if (outcome.ok && !lease.lossToRecord && !lease.keysDeferred && lease.completion === undefined && !lease.lost) {
+    if (outcome.ok && !lease.lossToRecord && !lease.keysDeferred && lease.completion === undefined && !lease.lost && lease.job.parentId === null) {
       // The common case, without a promise: the completer calls back with the row's outcome.
       this.writesPending += 1;
       this.deps.completer.add(lease.job.id, lease.job.leaseToken, lease.job.orderingKey !== null, lease, (completion, error) =>
@@ -617,7 +620,25 @@ export class Worker {
     if (lease.lost) return this.ended(lease, 'lost');
     // Cancelled while it ran (the NOTIFY, or the lease check): the outcome's write is refused as
     // "cancelled" (and recorded: the handler finished after its cancel), then the attempt ends.
+    if (outcome.ok && lease.job.parentId !== null) return this.completeChild(lease, outcome.value, startedAt);
     return outcome.ok ? this.complete(lease, startedAt) : this.fail(lease, outcome.error);
+  }
+
+  /**
+   * A flow child's completion: fenced as any, with the handler's return value as its result (JSON,
+   * at most FLOW_RESULT_MAX_BYTES; a result that is not is the attempt's permanent failure, code
+   * INVALID_RESULT). Its parent is settled after the completion committed (see ended()).
+   */
+  private async completeChild(lease: Lease, value: unknown, startedAt: number): Promise<void> {
+    let result: string | null;
+    try {
+      result = value === undefined ? null : payloadJson(value, `the result of job ${lease.job.id}`, FLOW_RESULT_MAX_BYTES);
+    } catch (error) {
+      return this.fail(lease, new PermanentJobError((error as Error).message, { code: 'INVALID_RESULT', cause: error }));
+    }
+    const outcome = await whileLeaseLasts(lease, () => this.deps.store.completeChild(this.deps.db, { ...lease.fenceKey, result }));
+    if (!outcome.ok) return this.refused(lease, outcome.reason, 'complete');
+    this.succeeded(lease, startedAt);
   }
 
   /** A handler abandoned earlier (it ignored its aborted signal) settled at last. */
@@ -821,7 +842,15 @@ export class Worker {
 
   /** The attempt is over for this worker (a test signal; nothing when signals are off). */
   private ended(lease: Lease, outcome: AttemptOutcome): void {
+    // A flow child resolved or died: its parent may be ready (or fail, with fail_on_dead_child).
+    // After this attempt's write committed, so the last of its siblings to commit sees them all.
+    const parent = lease.job.parentId;
+    if (parent !== null && (outcome === 'succeeded' || outcome === 'dead')) this.track(this.settleParent(parent));
     this.testSignals?.attemptEnded.signal({ queue: this.queue, jobId: lease.job.id, outcome });
+  }
+
+  private async settleParent(parent: string): Promise<void> {
+    await this.deps.store.settleParents(this.deps.db, { ids: [parent], channel: this.deps.channel });
   }
 
   /** Records a refusal that no statement recorded (see Lease.lossToRecord). */

@@ -32,7 +32,10 @@ export type Behaviour =
   | { kind: 'fail'; error: 'retryable' | 'permanent' | 'string' | 'reject-non-error' | 'error' }
   // Side effects that happen once (test/serial/crash/side-effects.spec.ts; see crash-worker.mjs).
   | { kind: 'complete-tx'; table: string; pauseBeforeComplete?: boolean }
-  | { kind: 'charge'; reconcile: boolean; crash?: 'after-call' | 'after-confirm' };
+  | { kind: 'charge'; reconcile: boolean; crash?: 'after-call' | 'after-confirm' }
+  // Flows (test/serial/crash/flows.spec.ts): a child returns { n }; a parent records its children's results.
+  | { kind: 'child'; ms?: number }
+  | { kind: 'parent' };
 
 export interface QueueSpec {
   name: string;

@@ -217,6 +217,19 @@ Object.assign(behaviours, {
     if (b.crash === 'after-confirm') process.kill(process.pid, 'SIGKILL');
   },
 });
+// Flows (test/serial/crash/flows.spec.ts): a child returns its number; a parent records what
+// ctx.childResults() gave it (how many, their sum, how many distinct) before it succeeds.
+Object.assign(behaviours, {
+  child: async (b, job) => {
+    await sleep(b.ms ?? 0);
+    return { n: job.payload.n };
+  },
+  parent: async (b, job, ctx) => {
+    const results = await ctx.childResults();
+    const ns = results.map((r) => r.result?.n);
+    await noteOutcome(job, 'children', JSON.stringify({ count: results.length, distinct: new Set(ns).size, sum: ns.reduce((a, n) => a + (n ?? 0), 0), allSucceeded: results.every((r) => r.status === 'succeeded') }));
+  },
+});
 // ---------------------------------------------------------------------------------------------
 
 function handlerFor(queue) {
@@ -248,13 +261,15 @@ function handlerFor(queue) {
         error === undefined ? null : String(error?.message ?? error).slice(0, 200),
       ]);
     };
+    let value;
     try {
-      await run(b, job, ctx);
+      value = await run(b, job, ctx);
     } catch (error) {
       await finish('threw', error);
       throw error;
     }
     await finish('ok');
+    return value;
   };
 }
 

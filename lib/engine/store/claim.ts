@@ -32,6 +32,8 @@ export interface ClaimedJob {
   deadlineAt: Date;
   orderingKey: string | null;
   group: string | null;
+  /** The flow parent waiting for this job, or null. */
+  parentId: string | null;
   leaseMsLeft: number;
   leaseAtDeadline: boolean;
   traceContext: TraceCarrier | null;
@@ -54,6 +56,7 @@ export interface ClaimedRow {
   deadline_ms: number;
   ordering_key: string | null;
   group_key: string | null;
+  parent_id: string | null;
   lease_ms_left: number;
   lease_at_deadline: boolean;
   trace_context: TraceCarrier | null;
@@ -99,7 +102,7 @@ export function CLAIM_SET(claimedAt: string): string {
 export const CLAIM_RETURNING = `j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts, j.max_runtime_ms,
                  j.lease_token::text AS lease_token,
                  (extract(epoch FROM j.created_at) * 1000)::float8 AS created_ms,
-                 (extract(epoch FROM j.deadline_at) * 1000)::float8 AS deadline_ms, j.ordering_key, j.group_key,
+                 (extract(epoch FROM j.deadline_at) * 1000)::float8 AS deadline_ms, j.ordering_key, j.group_key, j.parent_id::text AS parent_id,
                  (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
                  j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
                  j.trace_context, j.payload_version,
@@ -126,6 +129,7 @@ export function claimedJobs(rows: (ClaimedRow | (Partial<ClaimedRow> & { id: nul
       deadlineAt: new Date(r.deadline_ms),
       orderingKey: r.ordering_key,
       group: r.group_key,
+      parentId: r.parent_id,
       leaseMsLeft: r.lease_ms_left,
       leaseAtDeadline: r.lease_at_deadline,
       traceContext: r.trace_context,

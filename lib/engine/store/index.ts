@@ -4,6 +4,7 @@ import { effectStatements } from './effects.js';
 import { enqueueStatements } from './enqueue.js';
 import { fenceStatements } from './fence.js';
 import { flowStatements } from './flow.js';
+import { flowStatements as flowTreeStatements } from './flows.js';
 import { finishStatements, promoteReleasedKeys, releasingKeys, type KeyRelease } from './finish.js';
 import { maintenanceStatements } from './maintenance.js';
 import { operatorStatements, type DeadPage, type DeadPageParams, type PurgeParams } from './operator.js';
@@ -23,6 +24,7 @@ export { decodeLoss, lost, LOSS_CODES, type FencedOutcome, type FenceParams, typ
 export type { KeyRelease, CompletionRow } from './finish.js';
 export type { ClaimedJob, ClaimedJobs, ClaimGate, ClaimParams, Renewal } from './claim.js';
 export type { FlowLock, ThrottleOutcome } from './flow.js';
+export type { ChildResultRow, FlowRow } from './flows.js';
 export type { EnqueueRow } from './enqueue.js';
 export type { ReapedJob } from './maintenance.js';
 export type { BegunEffect } from './effects.js';
@@ -37,6 +39,7 @@ function allStatements(schemaName: string, options: StoreOptions) {
       ...enqueueStatements(ctx),
       ...claimStatements(ctx),
       ...flowStatements(ctx),
+      ...flowTreeStatements(ctx),
       ...fenceStatements(ctx),
       ...finishStatements(ctx),
       ...maintenanceStatements(ctx),

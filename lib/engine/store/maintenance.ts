@@ -160,13 +160,16 @@ export function maintenanceStatements({ define, s, jobs, events, status }: State
 
     /**
      * Retention: deletes succeeded jobs that finished more than $1 ms ago, oldest first, one
-     * bounded batch ($2) per statement. Dead, running and pending jobs are never touched.
+     * bounded batch ($2) per statement. Dead, running and pending jobs are never touched, nor a
+     * flow's child whose parent has not finished.
      */
     pruneSucceeded: define(
       'prune-succeeded',
       `WITH doomed AS (
          SELECT id FROM ${jobs}
          WHERE status = 'succeeded' AND finished_at < now() - ${ms('$1::bigint')}
+           -- A flow's child is kept until its parent has finished: the parent's handler reads its result.
+           AND (parent_id IS NULL OR NOT EXISTS (SELECT 1 FROM ${jobs} p WHERE p.id = parent_id AND p.status IN ('scheduled', 'pending', 'running')))
          ORDER BY finished_at
          LIMIT $2
          FOR UPDATE SKIP LOCKED

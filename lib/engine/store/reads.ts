@@ -5,7 +5,7 @@ import { ms, none, type StatementContext } from './statement.js';
 /** Read-only statements: a job, its history and effects, what is unfinished, and the stats. */
 
 /** A queue's figures from the database (the process adds its slots). */
-export type QueueFigures = Omit<QueueStats, 'slots' | 'flow'>;
+export type QueueFigures = Omit<QueueStats, 'slots' | 'flow' | 'blockedFlows'>;
 
 export interface UnfinishedGroup {
   queue: string;
@@ -48,6 +48,7 @@ type EventRow = {
   actor: string | null;
   error_code: string | null;
   message: string | null;
+  child_id: string | null;
 };
 
 type EffectRow = {
@@ -135,11 +136,16 @@ export function readStatements({ define, s, jobs, events }: StatementContext) {
 
     jobEvents: define(
       'job-events',
-      `SELECT id::text AS id, at, kind, from_status::text AS from_status, to_status::text AS to_status, attempt,
-              lease_token::text AS lease_token, worker, actor, error_code, message
+      `SELECT e.id::text AS id, e.at, e.kind, e.from_status::text AS from_status, e.to_status::text AS to_status, e.attempt,
+              e.lease_token::text AS lease_token, e.worker, e.actor, e.error_code, e.message, NULL::text AS child_id, e.id AS seq
        FROM ${events} e WHERE e.job_id = $1
-       -- e.id, not id: a bare name in ORDER BY means the output column, here id::text, which sorts '10' before '9'.
-       ORDER BY e.id`,
+       UNION ALL
+       -- A flow parent's history holds its children's deaths and discards: what blocks it, or resolved it.
+       SELECT e.id::text, e.at, e.kind, e.from_status::text, e.to_status::text, e.attempt, e.lease_token::text, e.worker, e.actor,
+              e.error_code, e.message, e.job_id::text, e.id
+       FROM ${jobs} c JOIN ${events} e ON e.job_id = c.id
+       WHERE c.parent_id = $1 AND e.kind IN ('dead', 'discarded', 'cancelled', 'replayed')
+       ORDER BY seq`,
       (p: { id: string }) => [p.id],
       (rows: EventRow[]): JobEventRecord[] =>
         rows.map((row) => ({
@@ -154,6 +160,7 @@ export function readStatements({ define, s, jobs, events }: StatementContext) {
           actor: row.actor,
           errorCode: row.error_code,
           message: row.message,
+          ...(row.child_id === null ? {} : { childId: row.child_id }),
         })),
     ),
 
