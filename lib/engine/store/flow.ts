@@ -149,8 +149,12 @@ export function flowStatements({ define, s, jobs, events, status }: StatementCon
          SELECT greatest(0, least(
                   $3::int,
                   CASE WHEN q.throttled_until > q.ts THEN 0 ELSE $3 END,
-                  q.global_concurrency - (SELECT count(*) FROM ${jobs} r WHERE r.queue_name = $1 AND r.status = 'running'),
-                  q.rate_limit - (SELECT count(*) FROM ${s}.claim_log c WHERE c.queue_name = $1 AND c.claimed_at > q.ts - ${ms('q.rate_window_ms')})
+                  -- Each count only when its limit is set (an operator's operands are all evaluated), and
+                  -- no further than the limit: the running rows of a busy queue cost a heap visit each.
+                  CASE WHEN q.global_concurrency IS NOT NULL THEN q.global_concurrency
+                    - (SELECT count(*) FROM (SELECT 1 FROM ${jobs} r WHERE r.queue_name = $1 AND r.status = 'running' LIMIT q.global_concurrency) x) END,
+                  CASE WHEN q.rate_limit IS NOT NULL THEN q.rate_limit
+                    - (SELECT count(*) FROM ${s}.claim_log c WHERE c.queue_name = $1 AND c.claimed_at > q.ts - ${ms('q.rate_window_ms')}) END
                 ))::int AS n,
                 CASE WHEN q.throttled_until > q.ts THEN (extract(epoch FROM q.throttled_until - q.ts) * 1000)::float8 END AS throttled_ms,
                 (SELECT (extract(epoch FROM c.claimed_at + ${ms('q.rate_window_ms')} - q.ts) * 1000)::float8
@@ -171,9 +175,10 @@ export function flowStatements({ define, s, jobs, events, status }: StatementCon
                 greatest(0, least(
                   $3::int,
                   CASE WHEN g.throttled_until > q.ts THEN 0 ELSE $3 END,
-                  CASE WHEN v.key IS NOT NULL THEN coalesce(g.concurrency, q.group_concurrency)
-                    - (SELECT count(*) FROM ${jobs} r WHERE r.queue_name = $1 AND r.group_key = v.key AND r.status = 'running') END,
-                  CASE WHEN v.key IS NOT NULL THEN coalesce(g.rate_limit, q.group_rate_limit)
+                  CASE WHEN v.key IS NOT NULL AND coalesce(g.concurrency, q.group_concurrency) IS NOT NULL THEN coalesce(g.concurrency, q.group_concurrency)
+                    - (SELECT count(*) FROM (SELECT 1 FROM ${jobs} r WHERE r.queue_name = $1 AND r.group_key = v.key AND r.status = 'running'
+                                             LIMIT coalesce(g.concurrency, q.group_concurrency)) x) END,
+                  CASE WHEN v.key IS NOT NULL AND coalesce(g.rate_limit, q.group_rate_limit) IS NOT NULL THEN coalesce(g.rate_limit, q.group_rate_limit)
                     - (SELECT count(*) FROM ${s}.claim_log c WHERE c.queue_name = $1 AND c.group_key = v.key
                          AND c.claimed_at > q.ts - ${ms('coalesce(g.rate_window_ms, q.group_rate_window_ms)')}) END
                 ))::int AS cap,
@@ -205,7 +210,9 @@ export function flowStatements({ define, s, jobs, events, status }: StatementCon
        ), claimed AS (
          UPDATE ${jobs} AS j
          SET ${CLAIM_SET('(SELECT ts FROM q)')}
-         WHERE j.id = ANY (ARRAY(SELECT id FROM chosen)) AND j.status = 'pending' AND NOT j.key_waiting
+         -- status::text: the recheck (a job an operator cancelled meanwhile), in a form no partial
+         -- index of pending jobs can serve (the primary key finds the rows).
+         WHERE j.id = ANY (ARRAY(SELECT id FROM chosen)) AND j.status::text = 'pending'
          RETURNING ${CLAIM_RETURNING}
        ), logged AS (
          INSERT INTO ${s}.claim_log (queue_name, group_key, claimed_at)
