@@ -15,6 +15,7 @@ export {
   type ReplayDeadFilter,
   type PurgeDeadFilter,
   type DiscardOptions,
+  type QueueHistoryOptions,
   type StatsOptions,
 } from './queue.service.js';
 export { PgQueueHealthIndicator, type PgQueueHealthResult, type PgQueueHealthDetails } from './pg-queue-health.indicator.js';
@@ -62,6 +63,8 @@ export {
   type JobStatus,
   type JobRecord,
   type JobEventRecord,
+  type JobEffectRecord,
+  type QueueAuditRecord,
   type EnqueueOptions,
   type EnqueueCallOptions,
   type JobToEnqueue,

@@ -13,6 +13,7 @@ import {
   type JobDefinition,
   type JobToEnqueue,
   type OperatorNote,
+  type QueueAuditRecord,
   type ReplayOutcome,
 } from './engine/index.js';
 import { jobEvents$ } from './nest/job-events.js';
@@ -31,6 +32,8 @@ export type ReplayDeadFilter = Parameters<PgQueue['replayDead']>[0];
 export type PurgeDeadFilter = Parameters<PgQueue['purgeDead']>[0];
 /** `{ actor?, reason?, delete? }`: `delete: true` removes the row instead of keeping it as `cancelled`. */
 export type DiscardOptions = NonNullable<Parameters<PgQueue['discard']>[1]>;
+/** `{ limit? (default 50), before? }`: a page of `queueHistory`. */
+export type QueueHistoryOptions = NonNullable<Parameters<PgQueue['queueHistory']>[1]>;
 /** `{ nearExpiryMs? }`: the window of `runningNearExpiry` (default 5000 ms). */
 export type StatsOptions = NonNullable<Parameters<PgQueue['stats']>[0]>;
 
@@ -168,14 +171,25 @@ export class QueueService {
     return this.engine.purgeDead(filter);
   }
 
-  /** Stops claims of `queue` in every process; running jobs finish. `QUEUE_NOT_FOUND` for an undeclared queue. */
-  pause(queue: string): Promise<void> {
-    return this.engine.pauseQueue(queue);
+  /**
+   * Stops claims of `queue` in every process; running jobs finish. `{ actor, reason }` go to the
+   * queue's audit trail (`queueHistory`). `QUEUE_NOT_FOUND` for an undeclared queue.
+   */
+  pause(queue: string, note: OperatorNote = {}): Promise<void> {
+    return this.engine.pauseQueue(queue, note);
   }
 
-  /** Lets every process claim `queue` again, and wakes its workers. */
-  resume(queue: string): Promise<void> {
-    return this.engine.resumeQueue(queue);
+  /** Lets every process claim `queue` again, and wakes its workers; recorded as `pause` is. */
+  resume(queue: string, note: OperatorNote = {}): Promise<void> {
+    return this.engine.resumeQueue(queue, note);
+  }
+
+  /**
+   * The queue's pauses and resumes, newest first (who, why, and whether it was paused before), at
+   * most `limit` (default 50); pass the last record's `id` as `before` for the next page.
+   */
+  queueHistory(queue: string, options: QueueHistoryOptions = {}): Promise<QueueAuditRecord[]> {
+    return this.engine.queueHistory(queue, options);
   }
 
   /**

@@ -6,6 +6,7 @@ export {
   type JobRecord,
   type JobEventRecord,
   type JobEffectRecord,
+  type QueueAuditRecord,
   type OperatorNote,
   type ReplayOutcome,
   type DeadJobPage,

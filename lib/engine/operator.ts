@@ -2,7 +2,7 @@ import { requireInteger } from './config.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
 import { isJobId } from './identifiers.js';
 import { JOB_NOT_DELETABLE, JOB_NOT_FOUND, JOB_NOT_REPLAYABLE, JOB_REFUSED, QUEUE_NOT_DECLARED } from './messages.js';
-import type { DeadJobPage, OperatorNote, ReplayOutcome } from './records.js';
+import type { DeadJobPage, OperatorNote, QueueAuditRecord, ReplayOutcome } from './records.js';
 import type { Store } from './store/index.js';
 import type { JobStatus } from './types.js';
 import type pg from 'pg';
@@ -20,16 +20,25 @@ export interface OperatorDeps {
 }
 
 /**
- * The operator's calls (pause, resume, cancel, discard, replay, list and purge dead jobs): their
+ * The operator's calls (pause and resume with their audit trail, cancel, discard, replay, list and purge dead jobs): their
  * arguments checked before any SQL runs, their refusals as JobStateError with a code. PgQueue
  * exposes each one, wrapped in its mapping of database failures (see PgQueue.call).
  */
 export class OperatorCalls {
   constructor(private readonly deps: OperatorDeps) {}
 
-  async setPaused(queue: string, paused: boolean): Promise<void> {
-    const { found } = await this.deps.store.setQueuePaused(this.deps.db, { queue, paused, channel: this.deps.channel });
+  /** Pauses or resumes a queue, recording who asked and why in its audit trail (queue_audit). */
+  async setPaused(queue: string, paused: boolean, note: OperatorNote = {}): Promise<void> {
+    const params = { queue, paused, channel: this.deps.channel, actor: checkedActor(note.actor), reason: boundedNote(note.reason) };
+    const { found } = await this.deps.store.setQueuePaused(this.deps.db, params);
     if (!found) throw new JobStateError('QUEUE_NOT_FOUND', QUEUE_NOT_DECLARED(queue, paused ? 'pause' : 'resume'));
+  }
+
+  /** A queue's pauses and resumes, newest first, a page at a time (`before`: the last page's last id). */
+  queueHistory(queue: string, options: { limit?: number; before?: string } = {}): Promise<QueueAuditRecord[]> {
+    const limit = requireInteger('limit', options.limit ?? 50, 1, OPERATOR_BATCH_MAX);
+    const before = options.before === undefined ? null : checkedId(options.before);
+    return this.deps.store.queueAudit(this.deps.db, { queue, before, limit });
   }
 
   cancel(id: string, note: OperatorNote): Promise<void> {

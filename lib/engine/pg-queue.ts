@@ -47,7 +47,7 @@ import {
 import { settlesWithin } from './settles-within.js';
 import { checkUpcasters, isJobDefinition, payloadForHandler, type JobDefinition, type Upcasters } from './job-definition.js';
 import { createStore, type Store } from './store/index.js';
-import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord } from './records.js';
 import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
 import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
@@ -68,7 +68,7 @@ export interface StartOptions {
 }
 
 // The records live in records.ts (the store maps rows to them); they are exported from here as before.
-export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord } from './records.js';
 
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
 const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
@@ -598,14 +598,26 @@ export class PgQueue {
     return this.call(() => this.pruner?.runOnce() ?? Promise.resolve(0));
   }
 
-  /** Stops claims of `queue` in every process; running jobs finish. */
-  pauseQueue(queue: string): Promise<void> {
-    return this.call(() => this.operator.setPaused(queue, true));
+  /**
+   * Stops claims of `queue` in every process; running jobs finish. `{ actor, reason }` are
+   * recorded in the queue's audit trail (`queueHistory`), as every call is.
+   */
+  pauseQueue(queue: string, note: OperatorNote = {}): Promise<void> {
+    return this.call(() => this.operator.setPaused(queue, true, note));
   }
 
-  /** Lets every process claim `queue` again, and wakes its workers. */
-  resumeQueue(queue: string): Promise<void> {
-    return this.call(() => this.operator.setPaused(queue, false));
+  /** Lets every process claim `queue` again, and wakes its workers; recorded as `pauseQueue` is. */
+  resumeQueue(queue: string, note: OperatorNote = {}): Promise<void> {
+    return this.call(() => this.operator.setPaused(queue, false, note));
+  }
+
+  /**
+   * The queue's pauses and resumes, newest first: who asked, why, and whether it was paused
+   * before. At most `limit` (default 50) per call; pass the last record's `id` as `before` for
+   * the next page. An undeclared queue has none.
+   */
+  queueHistory(queue: string, options: { limit?: number; before?: string } = {}): Promise<QueueAuditRecord[]> {
+    return this.call(() => this.operator.queueHistory(queue, options));
   }
 
   /**

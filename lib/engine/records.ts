@@ -119,6 +119,19 @@ export interface JobEventRecord {
   message: string | null;
 }
 
+/** One pause or resume of a queue, from its audit trail (`queueHistory`). */
+export interface QueueAuditRecord {
+  id: string;
+  queue: string;
+  at: Date;
+  kind: 'paused' | 'resumed';
+  /** Whether the queue was paused before the call: a pause of a paused queue changed nothing. */
+  wasPaused: boolean;
+  /** Who asked (`{ actor }` of pause/resume), and why. */
+  actor: string | null;
+  reason: string | null;
+}
+
 export interface JobEffectRecord {
   name: string;
   idempotencyKey: string;
