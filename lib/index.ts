@@ -16,6 +16,8 @@ export {
   type PurgeDeadFilter,
   type DiscardOptions,
   type QueueHistoryOptions,
+  type JobListFilter,
+  type ThroughputOptions,
   type StatsOptions,
 } from './queue.service.js';
 export { PgQueueHealthIndicator, type PgQueueHealthResult, type PgQueueHealthDetails } from './pg-queue-health.indicator.js';
@@ -65,6 +67,11 @@ export {
   type JobEventRecord,
   type JobEffectRecord,
   type QueueAuditRecord,
+  type JobSummary,
+  type JobPage,
+  type DeadErrorGroup,
+  type Throughput,
+  type BrowsableStatus,
   type EnqueueOptions,
   type EnqueueCallOptions,
   type JobToEnqueue,

@@ -14,6 +14,10 @@ import {
   type JobToEnqueue,
   type OperatorNote,
   type QueueAuditRecord,
+  type JobPage,
+  type DeadErrorGroup,
+  type Throughput,
+  type JobEffectRecord,
   type ReplayOutcome,
 } from './engine/index.js';
 import { jobEvents$ } from './nest/job-events.js';
@@ -32,6 +36,10 @@ export type ReplayDeadFilter = Parameters<PgQueue['replayDead']>[0];
 export type PurgeDeadFilter = Parameters<PgQueue['purgeDead']>[0];
 /** `{ actor?, reason?, delete? }`: `delete: true` removes the row instead of keeping it as `cancelled`. */
 export type DiscardOptions = NonNullable<Parameters<PgQueue['discard']>[1]>;
+/** `{ queue, status, errorCode?, limit? (default 50), cursor? }`: a page of `listJobs`. */
+export type JobListFilter = Parameters<PgQueue['listJobs']>[0];
+/** `{ windowMs? (default 15 min), bucketMs?, maxRows? }`: the `throughput` read. */
+export type ThroughputOptions = NonNullable<Parameters<PgQueue['throughput']>[0]>;
 /** `{ limit? (default 50), before? }`: a page of `queueHistory`. */
 export type QueueHistoryOptions = NonNullable<Parameters<PgQueue['queueHistory']>[1]>;
 /** `{ nearExpiryMs? }`: the window of `runningNearExpiry` (default 5000 ms). */
@@ -119,6 +127,36 @@ export class QueueService {
    */
   listDead(filter: DeadJobFilter = {}): Promise<DeadJobPage> {
     return this.engine.listDead(filter);
+  }
+
+  /**
+   * A page of a queue's jobs of one status (`pending`, `scheduled`, `running`, `succeeded`,
+   * `cancelled`, `dead`), without payloads, optionally of one error code. Each page reads a bounded
+   * part of the status's index: a short page with a `nextCursor` (`walkedOut`) is not the last.
+   */
+  listJobs(filter: JobListFilter): Promise<JobPage> {
+    return this.engine.listJobs(filter);
+  }
+
+  /** A queue's dead jobs grouped by error code: count, oldest and newest death, the newest message. */
+  deadGroups(queue: string, options: { limit?: number } = {}): Promise<DeadErrorGroup[]> {
+    return this.engine.deadGroups(queue, options);
+  }
+
+  /**
+   * Jobs that finished per time bucket over the last minutes (default 15), per queue and in total,
+   * for every process: read from the table at a bounded cost (see `PgQueue.throughput`).
+   */
+  throughput(options: ThroughputOptions = {}): Promise<Throughput> {
+    return this.engine.throughput(options);
+  }
+
+  /**
+   * The job's effect records (`ctx.effect`): each effect's name, idempotency key, status, tries,
+   * and its result.
+   */
+  effects(id: string): Promise<JobEffectRecord[]> {
+    return this.engine.getJobEffects(id);
   }
 
   /**

@@ -7,6 +7,11 @@ export {
   type JobEventRecord,
   type JobEffectRecord,
   type QueueAuditRecord,
+  type JobSummary,
+  type JobPage,
+  type DeadErrorGroup,
+  type Throughput,
+  type BrowsableStatus,
   type OperatorNote,
   type ReplayOutcome,
   type DeadJobPage,
@@ -16,7 +21,7 @@ export {
   type EngineStats,
   type ProcessStats,
 } from './pg-queue.js';
-export { OPERATOR_BATCH_MAX } from './operator.js';
+export { OPERATOR_BATCH_MAX, LIST_JOBS_MAX } from './operator.js';
 export type { MaintenanceService, FixedIntervalPass, HostablePass } from './maintenance/service.js';
 export type {
   Job,

@@ -47,7 +47,8 @@ import {
 import { settlesWithin } from './settles-within.js';
 import { checkUpcasters, isJobDefinition, payloadForHandler, type JobDefinition, type Upcasters } from './job-definition.js';
 import { createStore, type Store } from './store/index.js';
-import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord } from './records.js';
+import type { OperatorNote, ReplayOutcome, DeadJobPage, DeadErrorGroup, JobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord, Throughput } from './records.js';
+import type { BrowsableStatus } from './store/index.js';
 import type { HandlerOptions, JobHandlerFn, JobStatus } from './types.js';
 import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
@@ -68,7 +69,8 @@ export interface StartOptions {
 }
 
 // The records live in records.ts (the store maps rows to them); they are exported from here as before.
-export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord } from './records.js';
+export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord, JobSummary, JobPage, DeadErrorGroup, Throughput } from './records.js';
+export type { BrowsableStatus } from './store/index.js';
 
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
 const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
@@ -661,6 +663,33 @@ export class PgQueue {
   /** Dead jobs, oldest death first, by queue and error code, a page at a time. */
   listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
     return this.call(() => this.operator.listDead(filter));
+  }
+
+  /**
+   * A page of a queue's jobs of one status, without payloads: `pending` (claimable, oldest due
+   * first), `scheduled` (soonest first), `running` (soonest lease expiry first), `succeeded`,
+   * `cancelled` and `dead` (newest first), optionally of one error code, `limit` (default 50, at
+   * most 200) per page. Each page walks at most a bounded number of index entries
+   * (BROWSE_WALK_MAX), so its cost never grows with the history kept; a short page with a
+   * `nextCursor` (`walkedOut`) is not the last.
+   */
+  listJobs(filter: { queue: string; status: BrowsableStatus; errorCode?: string; limit?: number; cursor?: string }): Promise<JobPage> {
+    return this.call(() => this.operator.listJobs(filter));
+  }
+
+  /** A queue's dead jobs grouped by error code (count, oldest and newest death, newest message), most first. */
+  deadGroups(queue: string, options: { limit?: number } = {}): Promise<DeadErrorGroup[]> {
+    return this.call(() => this.operator.deadGroups(queue, options));
+  }
+
+  /**
+   * Jobs that finished (succeeded and dead) per `bucketMs` over the last `windowMs` (default 15
+   * minutes, at most an hour), per queue and in total, read from the table: every process's work.
+   * It reads at most `maxRows` (default 20,000) jobs per status, so its cost is bounded at any
+   * throughput and never grows with the history kept; `completeForMs` says when the cap cut it short.
+   */
+  throughput(options: { windowMs?: number; bucketMs?: number; maxRows?: number } = {}): Promise<Throughput> {
+    return this.call(() => this.operator.throughput(options));
   }
 
   /**
