@@ -22,6 +22,7 @@ export {
   type ProcessStats,
 } from './pg-queue.js';
 export { OPERATOR_BATCH_MAX, LIST_JOBS_MAX } from './operator.js';
+export { BROWSABLE_STATUSES, BROWSE_WALK_MAX } from './store/index.js';
 export type { MaintenanceService, FixedIntervalPass, HostablePass } from './maintenance/service.js';
 export type {
   Job,
