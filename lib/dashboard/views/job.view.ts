@@ -58,8 +58,8 @@ export function jobPage(ctx: ViewContext, data: JobPageData, notice?: string): H
   <dt>Finished</dt><dd>${moment(job.finishedAt)}</dd>
   <dt>Last error</dt><dd>${job.lastErrorCode ? html`<code>${job.lastErrorCode}</code> ` : nothing}${job.lastErrorMessage ?? html`<span class="muted">none</span>`}</dd>
 </dl>
-${running || job.leaseOwner
-  ? html`<h2>Lease</h2><dl class="facts" data-testid="lease">
+${running || (job.status === 'cancelled' && job.leaseExpiresAt !== null)
+  ? html`<h2>Lease</h2>${running ? nothing : html`<p class="small muted">Cancelled while running: its attempt holds the lease until its worker confirms it ended.</p>`}<dl class="facts" data-testid="lease">
   <dt>Owner</dt><dd>${job.leaseOwner ?? '—'}</dd>
   <dt>Fencing token</dt><dd>${job.leaseToken}</dd>
   <dt>Claimed</dt><dd>${moment(job.claimedAt)}</dd>

@@ -48,7 +48,7 @@ export function queuesLive(ctx: ViewContext, stats: EngineStats, throughput: Thr
 <th scope="col">Last ${minutes} min</th><th scope="col" class="num">Slots here</th><th scope="col">Action</th></tr></thead>
 <tbody>${rows.length ? rows : html`<tr><td colspan="10" class="muted">No queue is declared yet.</td></tr>`}</tbody>
 </table></div>
-<p class="small muted">Throughput of the whole cluster: ${count(totalSucceeded)} jobs succeeded in the last ${minutes} min
+<p class="small muted">Throughput of the whole cluster: ${count(totalSucceeded)} job${totalSucceeded === 1 ? '' : 's'} succeeded in the last ${minutes} min
 ${sparkline(throughput.total.succeeded, throughput.total.dead, `All queues, last ${minutes} min per ${bucket}`)}
 ${throughput.completeForMs !== null ? html` (more finished than one read counts: complete for the last ${duration(throughput.completeForMs)} only)` : nothing}.
 Listener ${stats.listener.listening ? 'listening' : html`<strong>down for ${duration(stats.listener.downForMs)}</strong>`};
