@@ -364,8 +364,9 @@ function literals(dir: string): Set<string> {
 
 describe('error codes', () => {
   const exported = new Set([...Object.keys(rootBarrel), ...Object.keys(engineBarrel)]);
-  // lib/testing: the test kit's error codes (TestDatabaseError, RunJobError) are documented in docs/testing.md.
-  const engineLiterals = new Set([...literals('lib/engine'), ...literals('lib/testing')]);
+  // lib/testing: the test kit's error codes (TestDatabaseError, RunJobError) are documented in docs/testing.md;
+  // lib/dashboard: the dashboard's (DashboardError), in docs/dashboard.md.
+  const engineLiterals = new Set([...literals('lib/engine'), ...literals('lib/testing'), ...literals('lib/dashboard')]);
   const sampleLiterals = literals('sample-app');
   // Read by scripts and tests, not codes.
   const environment = new Set([...read('scripts/with-postgres.mjs').matchAll(/\b(?:process\.)?env\.([A-Z_]+)/g)].map((m) => m[1]!));

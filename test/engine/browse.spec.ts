@@ -90,3 +90,34 @@ test('deadGroups counts a queue\'s dead jobs per error code with the newest mess
   expect(capped.completeForMs).not.toBeNull();
   await expect(q.throughput({ windowMs: 999 })).rejects.toBeInstanceOf(InvalidOptionError);
 });
+
+test('a page of a status beside 200,000 retained jobs reads what one walk reads, on the first page and 150,000 rows deep', async () => {
+  const { createStore } = await import('../../lib/engine/store/index.js');
+  await fx.pool.query(`INSERT INTO pgqueue.queues (name) VALUES ('history'), ('rare') ON CONFLICT DO NOTHING`);
+  // Distinct timestamps, ten jobs a millisecond: finished as a busy queue finishes them.
+  await fx.pool.query(
+    `INSERT INTO pgqueue.jobs (queue_name, payload, status, finished_at) SELECT 'history', '{}', 'succeeded', now() - interval '1 day' - (g / 10) * interval '1 ms' FROM generate_series(1, 200000) g`,
+  );
+  await fx.pool.query('ANALYZE pgqueue.jobs');
+  const { rows } = await fx.pool.query(
+    `SELECT finished_at::text AS ts, id::text FROM pgqueue.jobs WHERE queue_name = 'history' ORDER BY finished_at DESC, id DESC OFFSET 150000 LIMIT 1`,
+  );
+  const statement = createStore('pgqueue').statements.browseSucceeded;
+  const buffers = async (after: { sortAt: string; id: string } | null) => {
+    const plan = await fx.pool.query(`EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) ${statement.text}`, statement.values({ queue: 'rare', after, code: null, limit: 50, walk: BROWSE_WALK_MAX }));
+    const root = (plan.rows[0]['QUERY PLAN'] as [{ Plan: Record<string, unknown> }])[0].Plan;
+    const nodes: Record<string, unknown>[] = [];
+    const visit = (node: Record<string, unknown>) => {
+      nodes.push(node);
+      for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) visit(child);
+    };
+    visit(root);
+    expect(nodes.filter((n) => n['Node Type'] === 'Seq Scan')).toEqual([]);
+    return root['Shared Hit Blocks'] as number;
+  };
+  const first = await buffers(null);
+  const deep = await buffers({ sortAt: rows[0].ts, id: rows[0].id });
+  // One walk: 2,000 index entries and their rows, about 45 buffers here; never the 150,000 before the cursor.
+  expect(first).toBeLessThan(200);
+  expect(deep).toBeLessThan(first + 10);
+}, 60_000);

@@ -98,12 +98,14 @@ export function browseStatements({ define, s, jobs }: StatementContext) {
    *   queue is a filter of the walk, and a page of a quiet queue beside a busy one may come back
    *   short, with a cursor to walk on.
    *
-   * Ties of the sort column (a batch of completions shares its finished_at) are ordered by id.
+   * Ties of the sort column (a batch of completions shares its finished_at) are ordered by id: an
+   * incremental sort of each tie, so a page also reads the rows that share a timestamp with its
+   * first and last (one completion batch, or one statement's inserts).
    * Planned per call: operators' reads, rare, and their best index depends on the values.
    */
   const browse = (name: string, shape: BrowseShape) => {
     const col = `j.${shape.sortColumn}`;
-    const [cmp, dir, lowest] = shape.descending ? ['<', 'DESC', `'infinity'`] : ['>', 'ASC', `'-infinity'`];
+    const [cmp, bound, dir, lowest] = shape.descending ? ['<', '<=', 'DESC', `'infinity'`] : ['>', '>=', 'ASC', `'-infinity'`];
     const firstId = shape.descending ? '9223372036854775807' : '0';
     return define(
       name,
@@ -113,6 +115,10 @@ export function browseStatements({ define, s, jobs }: StatementContext) {
                 j.available_at, j.created_at, j.finished_at, ${col}::text || '|' || j.id AS cursor
          FROM ${jobs} j
          WHERE ${shape.where} ${shape.queueLed ? 'AND j.queue_name = $1' : ''}
+           -- The bound on the sort column alone is what starts the index scan at the cursor (the row
+           -- comparison is no index condition of an index without id); the comparison then skips
+           -- the cursor's own ties.
+           AND ${col} ${bound} coalesce($2::timestamptz, ${lowest})
            AND (${col}, j.id) ${cmp} (coalesce($2::timestamptz, ${lowest}), coalesce($3::bigint, ${firstId}))
          -- j.id, not id: the bigint, whose order is the cursor's.
          ORDER BY ${col} ${dir}, j.id ${dir}
