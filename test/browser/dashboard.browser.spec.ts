@@ -261,6 +261,22 @@ describe('the dashboard in Chromium', () => {
     expect(messages.filter((m) => /Content Security Policy/i.test(m))).toEqual([]);
   });
 
+  it('fits a phone: nothing wider than the screen but the tables, which scroll sideways; a keyboard reaches the actions', async () => {
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, storageState: await signedIn.storageState(), isMobile: true, hasTouch: true });
+    const small = await phone.newPage();
+    for (const path of ['/pg-queue', '/pg-queue/queues/graveyard/dead', '/pg-queue/queues/imports?state=dead']) {
+      await small.goto(url(path));
+      expect(await small.evaluate(() => (globalThis as unknown as { document: { documentElement: { scrollWidth: number } } }).document.documentElement.scrollWidth), path).toBeLessThanOrEqual(391);
+    }
+    await small.goto(url('/pg-queue'));
+    await screenshot('queues-phone', small);
+    await phone.close();
+    // The skip link first, then the page's links and buttons, in order.
+    await page.goto(url('/pg-queue/queues/imports'));
+    await page.keyboard.press('Tab');
+    expect(await page.evaluate(() => (globalThis as unknown as { document: { activeElement: { textContent: string } | null } }).document.activeElement?.textContent)).toBe('Skip to content');
+  });
+
   it('refuses a cross-site action: another origin\'s form, and a forged token', async () => {
     const dead = (await s.queue.listDead({ queue: 'graveyard', errorCode: 'RARE', limit: 1 })).jobs[0]!;
     // A page of another origin (another port) that posts the replay form to the dashboard, with the signed-in browser's cookies.
