@@ -31,7 +31,8 @@ export default defineConfig({
           include: ['test/**/*.spec.ts', 'lib/**/*.spec.ts'],
           // test/prometheus/ needs promtool (Debian package `prometheus`): `npm run test:prometheus` runs it.
           // test/pg-newest/ checks the server is the newest major: `npm run test:pg-newest` runs it.
-          exclude: [...configDefaults.exclude, SERIAL, TOPOLOGIES, 'test/prometheus/**', 'test/pg-newest/**'],
+          // test/browser/ needs Chromium (Debian package `chromium`): `npm run test:browser` runs it.
+          exclude: [...configDefaults.exclude, SERIAL, TOPOLOGIES, 'test/prometheus/**', 'test/pg-newest/**', 'test/browser/**'],
           sequence: { groupOrder: 0 },
         },
       },

@@ -15,6 +15,9 @@ export {
   type ReplayDeadFilter,
   type PurgeDeadFilter,
   type DiscardOptions,
+  type QueueHistoryOptions,
+  type JobListFilter,
+  type ThroughputOptions,
   type StatsOptions,
 } from './queue.service.js';
 export { PgQueueHealthIndicator, type PgQueueHealthResult, type PgQueueHealthDetails } from './pg-queue-health.indicator.js';
@@ -75,6 +78,13 @@ export {
   type JobStatus,
   type JobRecord,
   type JobEventRecord,
+  type JobEffectRecord,
+  type QueueAuditRecord,
+  type JobSummary,
+  type JobPage,
+  type DeadErrorGroup,
+  type Throughput,
+  type BrowsableStatus,
   type EnqueueOptions,
   type EnqueueCallOptions,
   type JobToEnqueue,

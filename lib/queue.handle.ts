@@ -1,4 +1,4 @@
-import { JobStateError, type EnqueueCallOptions, type EnqueueOptions, type GroupLimits, type GroupLimitsInput, type JobDefinition, type JobRecord, type PgQueue, type QueueLimits, type QueueLimitsInput, type QueueStats } from './engine/index.js';
+import { JobStateError, type EnqueueCallOptions, type EnqueueOptions, type GroupLimits, type GroupLimitsInput, type JobDefinition, type JobRecord, type OperatorNote, type PgQueue, type QueueLimits, type QueueLimitsInput, type QueueStats } from './engine/index.js';
 import { QUEUE_NOT_DECLARED_YET } from './pg-queue.messages.js';
 
 /** What `registerQueue` takes: the queue's name, and enqueue options every job of it gets unless a call says otherwise. */
@@ -65,7 +65,6 @@ export class Queue<T = unknown> {
     return job?.queue === this.name ? job : undefined;
   }
 
-  /** Stops claims of this queue in every process; running jobs finish. */
   /** This queue's flow control for every process (see `QueueService.setLimits`). */
   setLimits(limits: QueueLimitsInput): Promise<QueueLimits> {
     return this.engine.setLimits(this.name, limits);
@@ -80,13 +79,14 @@ export class Queue<T = unknown> {
     return this.engine.setGroupLimits(this.name, group, limits);
   }
 
-  pause(): Promise<void> {
-    return this.engine.pauseQueue(this.name);
+  /** Stops claims of this queue in every process; running jobs finish. `{ actor, reason }` go to its audit trail. */
+  pause(note: OperatorNote = {}): Promise<void> {
+    return this.engine.pauseQueue(this.name, note);
   }
 
   /** Lets every process claim this queue again. */
-  resume(): Promise<void> {
-    return this.engine.resumeQueue(this.name);
+  resume(note: OperatorNote = {}): Promise<void> {
+    return this.engine.resumeQueue(this.name, note);
   }
 
   /** This queue's figures of `QueueService.stats()` (counts, oldest claimable age, paused, slots). */

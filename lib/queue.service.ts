@@ -20,6 +20,11 @@ import {
   type JobDefinition,
   type JobToEnqueue,
   type OperatorNote,
+  type QueueAuditRecord,
+  type JobPage,
+  type DeadErrorGroup,
+  type Throughput,
+  type JobEffectRecord,
   type ReplayOutcome,
 } from './engine/index.js';
 import { jobEvents$ } from './nest/job-events.js';
@@ -38,6 +43,12 @@ export type ReplayDeadFilter = Parameters<PgQueue['replayDead']>[0];
 export type PurgeDeadFilter = Parameters<PgQueue['purgeDead']>[0];
 /** `{ actor?, reason?, delete? }`: `delete: true` removes the row instead of keeping it as `cancelled`. */
 export type DiscardOptions = NonNullable<Parameters<PgQueue['discard']>[1]>;
+/** `{ queue, status, errorCode?, limit? (default 50), cursor? }`: a page of `listJobs`. */
+export type JobListFilter = Parameters<PgQueue['listJobs']>[0];
+/** `{ windowMs? (default 15 min), bucketMs?, maxRows? }`: the `throughput` read. */
+export type ThroughputOptions = NonNullable<Parameters<PgQueue['throughput']>[0]>;
+/** `{ limit? (default 50), before? }`: a page of `queueHistory`. */
+export type QueueHistoryOptions = NonNullable<Parameters<PgQueue['queueHistory']>[1]>;
 /** `{ nearExpiryMs? }`: the window of `runningNearExpiry` (default 5000 ms). */
 export type StatsOptions = NonNullable<Parameters<PgQueue['stats']>[0]>;
 
@@ -126,6 +137,36 @@ export class QueueService {
   }
 
   /**
+   * A page of a queue's jobs of one status (`pending`, `scheduled`, `running`, `succeeded`,
+   * `cancelled`, `dead`), without payloads, optionally of one error code. Each page reads a bounded
+   * part of the status's index: a short page with a `nextCursor` (`walkedOut`) is not the last.
+   */
+  listJobs(filter: JobListFilter): Promise<JobPage> {
+    return this.engine.listJobs(filter);
+  }
+
+  /** A queue's dead jobs grouped by error code: count, oldest and newest death, the newest message. */
+  deadGroups(queue: string, options: { limit?: number } = {}): Promise<DeadErrorGroup[]> {
+    return this.engine.deadGroups(queue, options);
+  }
+
+  /**
+   * Jobs that finished per time bucket over the last minutes (default 15), per queue and in total,
+   * for every process: read from the table at a bounded cost (see `PgQueue.throughput`).
+   */
+  throughput(options: ThroughputOptions = {}): Promise<Throughput> {
+    return this.engine.throughput(options);
+  }
+
+  /**
+   * The job's effect records (`ctx.effect`): each effect's name, idempotency key, status, tries,
+   * and its result.
+   */
+  effects(id: string): Promise<JobEffectRecord[]> {
+    return this.engine.getJobEffects(id);
+  }
+
+  /**
    * Replays a dead job in place: the same id (and idempotency key) and history, a fresh attempt
    * budget; a `replayed` row records who and why. Throws `JobStateError` `JOB_NOT_DEAD` for a job
    * in any other state, `JOB_NOT_FOUND` when there is none.
@@ -175,7 +216,6 @@ export class QueueService {
     return this.engine.purgeDead(filter);
   }
 
-  /** Stops claims of `queue` in every process; running jobs finish. `QUEUE_NOT_FOUND` for an undeclared queue. */
   /**
    * Adds a flow: a job and the jobs it waits for (`children`, which may have children too), in one
    * transaction (yours, with `client`). The job runs once every child has succeeded (or was
@@ -208,13 +248,25 @@ export class QueueService {
     return this.engine.listGroupLimits(queue, page);
   }
 
-  pause(queue: string): Promise<void> {
-    return this.engine.pauseQueue(queue);
+  /**
+   * Stops claims of `queue` in every process; running jobs finish. `{ actor, reason }` go to the
+   * queue's audit trail (`queueHistory`). `QUEUE_NOT_FOUND` for an undeclared queue.
+   */
+  pause(queue: string, note: OperatorNote = {}): Promise<void> {
+    return this.engine.pauseQueue(queue, note);
   }
 
-  /** Lets every process claim `queue` again, and wakes its workers. */
-  resume(queue: string): Promise<void> {
-    return this.engine.resumeQueue(queue);
+  /** Lets every process claim `queue` again, and wakes its workers; recorded as `pause` is. */
+  resume(queue: string, note: OperatorNote = {}): Promise<void> {
+    return this.engine.resumeQueue(queue, note);
+  }
+
+  /**
+   * The queue's pauses and resumes, newest first (who, why, and whether it was paused before), at
+   * most `limit` (default 50); pass the last record's `id` as `before` for the next page.
+   */
+  queueHistory(queue: string, options: QueueHistoryOptions = {}): Promise<QueueAuditRecord[]> {
+    return this.engine.queueHistory(queue, options);
   }
 
   /**

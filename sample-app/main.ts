@@ -22,6 +22,7 @@ process.stdout.write(
   [
     '',
     `Sample app on ${base}`,
+    `  dashboard: ${base}/pg-queue        (sign in with any name: a development stand-in for authentication)`,
     `  health:   curl -s ${base}/health          (503 when a queue's oldest claimable job waits too long)`,
     `  metrics:  curl -s ${base}/metrics         (Prometheus text)`,
     `  stats:    curl -s ${base}/stats`,

@@ -28,7 +28,7 @@ cd "$ROOT"
 say "npm pack (runs the build through prepack)"
 TARBALL="$WORK/$(npm pack --silent --pack-destination "$WORK" | tail -n 1)"
 tar -tzf "$TARBALL" | sed 's#^package/##' | sort > "$WORK/contents.txt"
-for required in package.json README.md dist/index.js dist/index.d.ts dist/engine/index.js dist/engine/index.d.ts dist/testing/index.js dist/testing/index.d.ts migrations/0001_jobs.sql; do
+for required in package.json README.md dist/index.js dist/index.d.ts dist/engine/index.js dist/engine/index.d.ts dist/testing/index.js dist/testing/index.d.ts dist/dashboard/index.js dist/dashboard/index.d.ts migrations/0001_jobs.sql; do
   grep -qx "$required" "$WORK/contents.txt" || { say "FAIL: $required is missing from the tarball"; exit 1; }
 done
 if grep -E '^(lib|test|sample-app|scripts|bench)/|\.spec\.(js|ts)$' "$WORK/contents.txt"; then
@@ -69,6 +69,11 @@ for (const [name, value] of Object.entries(checks)) {
 if (typeof PgQueueModule.forRoot !== 'function' || typeof PgQueueModule.forRootAsync !== 'function') throw new Error('PgQueueModule lacks forRoot/forRootAsync');
 if (typeof PG_QUEUE_ENGINE !== 'symbol') throw new Error('PG_QUEUE_ENGINE is not a symbol');
 if (drainQueues !== drainQueuesOfTesting) throw new Error('the root drainQueues (deprecated) is not the one of nestjs-pg-queue/testing');
+// The dashboard's entry, and the htmx build it serves (a dependency, resolved from the installed package).
+const { PgQueueDashboardModule } = await import('nestjs-pg-queue/dashboard');
+if (typeof PgQueueDashboardModule?.forRoot !== 'function') throw new Error('nestjs-pg-queue/dashboard lacks PgQueueDashboardModule.forRoot');
+const { createRequire } = await import('node:module');
+createRequire(import.meta.resolve('nestjs-pg-queue/dashboard')).resolve('htmx.org/dist/htmx.min.js');
 console.log('imports ok');
 JS
 node import-check.mjs

@@ -11,6 +11,7 @@ import { EngineMetrics, HISTOGRAM_BUCKETS, InvalidOptionError, renderPrometheus,
 import { ENGINE_OPTIONS } from '../lib/engine/options.js';
 import * as rootBarrel from '../lib/index.js';
 import * as engineBarrel from '../lib/engine/index.js';
+import * as dashboardBarrel from '../lib/dashboard/index.js';
 import { resolveModuleConfig } from '../lib/nest/pg-queue.options.js';
 import { PgQueueModule } from '../lib/pg-queue.module.js';
 
@@ -365,12 +366,15 @@ function literals(dir: string): Set<string> {
 }
 
 describe('error codes', () => {
-  const exported = new Set([...Object.keys(rootBarrel), ...Object.keys(engineBarrel)]);
-  // lib/testing: the test kit's error codes (TestDatabaseError, RunJobError) are documented in docs/testing.md.
-  const engineLiterals = new Set([...literals('lib/engine'), ...literals('lib/testing')]);
+  const exported = new Set([...Object.keys(rootBarrel), ...Object.keys(engineBarrel), ...Object.keys(dashboardBarrel)]);
+  // lib/testing: the test kit's error codes (TestDatabaseError, RunJobError) are documented in docs/testing.md;
+  // lib/dashboard: the dashboard's (DashboardError), in docs/dashboard.md.
+  const engineLiterals = new Set([...literals('lib/engine'), ...literals('lib/testing'), ...literals('lib/dashboard')]);
   const sampleLiterals = literals('sample-app');
   // Read by scripts and tests, not codes.
-  const environment = new Set([...read('scripts/with-postgres.mjs').matchAll(/\b(?:process\.)?env\.([A-Z_]+)/g)].map((m) => m[1]!));
+  const environment = new Set(
+    [read('scripts/with-postgres.mjs'), read('test/browser/dashboard.browser.spec.ts')].flatMap((text) => [...text.matchAll(/\b(?:process\.)?env\.([A-Z_]+)/g)].map((m) => m[1]!)),
+  );
 
   test('errors.ts has the codes this test looks for', () => {
     expect(ERROR_CODES.has('LEASE_LOST')).toBe(true);

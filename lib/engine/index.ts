@@ -6,6 +6,12 @@ export {
   type JobRecord,
   type JobEventRecord,
   type JobEffectRecord,
+  type QueueAuditRecord,
+  type JobSummary,
+  type JobPage,
+  type DeadErrorGroup,
+  type Throughput,
+  type BrowsableStatus,
   type OperatorNote,
   type ReplayOutcome,
   type DeadJobPage,
@@ -15,7 +21,8 @@ export {
   type EngineStats,
   type ProcessStats,
 } from './pg-queue.js';
-export { OPERATOR_BATCH_MAX } from './operator.js';
+export { OPERATOR_BATCH_MAX, LIST_JOBS_MAX } from './operator.js';
+export { BROWSABLE_STATUSES, BROWSE_WALK_MAX } from './store/index.js';
 export type { MaintenanceService, FixedIntervalPass, HostablePass } from './maintenance/service.js';
 export type {
   Job,

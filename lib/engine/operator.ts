@@ -2,14 +2,23 @@ import { requireInteger } from './config.js';
 import { InvalidOptionError, JobStateError } from './errors.js';
 import { isJobId } from './identifiers.js';
 import { JOB_NOT_DELETABLE, JOB_NOT_FOUND, JOB_NOT_REPLAYABLE, JOB_REFUSED, QUEUE_NOT_DECLARED } from './messages.js';
-import type { DeadJobPage, OperatorNote, ReplayOutcome } from './records.js';
-import { transaction, type Store } from './store/index.js';
+import type { DeadErrorGroup, DeadJobPage, JobPage, OperatorNote, QueueAuditRecord, ReplayOutcome, Throughput } from './records.js';
+import { BROWSABLE_STATUSES, BROWSE_WALK_MAX, transaction, type BrowsableStatus, type Store } from './store/index.js';
 import { checkGroup, checkGroupLimits, checkQueueLimits } from './flow-control.js';
 import type { GroupLimits, GroupLimitsInput, JobStatus, QueueLimits, QueueLimitsInput } from './types.js';
 import type pg from 'pg';
 
 /** Replays and purges work in bounded batches of at most this many jobs per call. */
 export const OPERATOR_BATCH_MAX = 1_000;
+
+/** A page of listJobs holds at most this many jobs. */
+export const LIST_JOBS_MAX = 200;
+/** The throughput read: the last 15 minutes by default, at most an hour (its cost is what finished in the window). */
+const THROUGHPUT_WINDOW_MS_DEFAULT = 15 * 60_000;
+const THROUGHPUT_WINDOW_MS_MAX = 60 * 60_000;
+/** Rows the throughput read takes per status, at most: the bound of its cost at any throughput. */
+const THROUGHPUT_ROWS_DEFAULT = 20_000;
+const THROUGHPUT_ROWS_MAX = 200_000;
 
 /** What the operator calls need of the engine. */
 export interface OperatorDeps {
@@ -23,15 +32,17 @@ export interface OperatorDeps {
 }
 
 /**
- * The operator's calls (pause, resume, cancel, discard, replay, list and purge dead jobs): their
+ * The operator's calls (pause and resume with their audit trail, cancel, discard, replay, list and purge dead jobs): their
  * arguments checked before any SQL runs, their refusals as JobStateError with a code. PgQueue
  * exposes each one, wrapped in its mapping of database failures (see PgQueue.call).
  */
 export class OperatorCalls {
   constructor(private readonly deps: OperatorDeps) {}
 
-  async setPaused(queue: string, paused: boolean): Promise<void> {
-    const { found } = await this.deps.store.setQueuePaused(this.deps.db, { queue, paused, channel: this.deps.channel });
+  /** Pauses or resumes a queue, recording who asked and why in its audit trail (queue_audit). */
+  async setPaused(queue: string, paused: boolean, note: OperatorNote = {}): Promise<void> {
+    const params = { queue, paused, channel: this.deps.channel, actor: checkedActor(note.actor), reason: boundedNote(note.reason) };
+    const { found } = await this.deps.store.setQueuePaused(this.deps.db, params);
     if (!found) throw new JobStateError('QUEUE_NOT_FOUND', QUEUE_NOT_DECLARED(queue, paused ? 'pause' : 'resume'));
   }
 
@@ -81,6 +92,13 @@ export class OperatorCalls {
     return this.deps.store.listGroupLimits(this.deps.db, { queue, after: page.after ?? '', limit });
   }
 
+  /** A queue's pauses and resumes, newest first, a page at a time (`before`: the last page's last id). */
+  queueHistory(queue: string, options: { limit?: number; before?: string } = {}): Promise<QueueAuditRecord[]> {
+    const limit = requireInteger('limit', options.limit ?? 50, 1, OPERATOR_BATCH_MAX);
+    const before = options.before === undefined ? null : checkedId(options.before);
+    return this.deps.store.queueAudit(this.deps.db, { queue, before, limit });
+  }
+
   cancel(id: string, note: OperatorNote): Promise<void> {
     return this.endJob(id, ['scheduled', 'pending', 'running'], 'cancelled', note, 'JOB_NOT_CANCELLABLE', 'cancelled');
   }
@@ -123,18 +141,79 @@ export class OperatorCalls {
 
   async listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
     const limit = requireInteger('limit', filter.limit ?? 50, 1, OPERATOR_BATCH_MAX);
-    let after: { finishedAt: string; id: string } | null = null;
-    if (filter.cursor !== undefined) {
-      const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(filter.cursor);
-      if (!match) throw new InvalidOptionError('cursor', 'it is not a cursor from listDead', 'Pass the nextCursor of the previous page.');
-      after = { finishedAt: match[1]!, id: match[2]! };
-    }
+    const after = filter.cursor === undefined ? null : parseCursor(filter.cursor, 'listDead');
     // One statement per filter, each walking its own index (see listDeadPage in store/operator.ts). A null
     // filter is no filter, as undefined is.
     const queue = filter.queue ?? null;
     const code = filter.errorCode ?? null;
     const { jobs, lastCursor } = await this.deps.store.listDeadPage(this.deps.db, { after, limit, queue, code });
     return { jobs, nextCursor: jobs.length === limit ? lastCursor : undefined };
+  }
+
+  /**
+   * A page of a queue's jobs of one status (see browse in store/browse.ts): each page walks at most
+   * BROWSE_WALK_MAX entries of the status's index, so it may come back short with a `nextCursor`
+   * (`walkedOut`) when the filter is rare or the queue quiet beside busy ones.
+   */
+  async listJobs(filter: { queue: string; status: BrowsableStatus; errorCode?: string; limit?: number; cursor?: string }): Promise<JobPage> {
+    if (!BROWSABLE_STATUSES.includes(filter.status)) {
+      throw new InvalidOptionError('status', `${JSON.stringify(String(filter.status).slice(0, 20))} is not a status`, `Pass one of ${BROWSABLE_STATUSES.join(', ')}.`);
+    }
+    const limit = requireInteger('limit', filter.limit ?? 50, 1, LIST_JOBS_MAX);
+    const after = filter.cursor === undefined ? null : parseCursor(filter.cursor, 'listJobs');
+    const page = await this.deps.store.browse(this.deps.db, {
+      status: filter.status,
+      queue: filter.queue,
+      code: filter.errorCode ?? null,
+      after: after && { sortAt: after.finishedAt, id: after.id },
+      limit,
+      walk: BROWSE_WALK_MAX,
+    });
+    if (page.jobs.length === limit) return { jobs: page.jobs, nextCursor: page.lastCursor, walkedOut: false };
+    const walkedOut = page.walked === BROWSE_WALK_MAX;
+    return { jobs: page.jobs, nextCursor: walkedOut ? page.lastWalked : undefined, walkedOut };
+  }
+
+  /** A queue's dead jobs grouped by error code, most jobs first, at most `limit` (default 100) codes. */
+  deadGroups(queue: string, options: { limit?: number } = {}): Promise<DeadErrorGroup[]> {
+    const limit = requireInteger('limit', options.limit ?? 100, 1, OPERATOR_BATCH_MAX);
+    return this.deps.store.deadGroups(this.deps.db, { queue, limit });
+  }
+
+  /**
+   * Jobs that finished (succeeded, dead) per bucket over the last `windowMs`, per queue and in
+   * total, in every process: the store's throughput read, at most `maxRows` rows per status.
+   */
+  async throughput(options: { windowMs?: number; bucketMs?: number; maxRows?: number } = {}): Promise<Throughput> {
+    const windowMs = requireInteger('windowMs', options.windowMs ?? THROUGHPUT_WINDOW_MS_DEFAULT, 1_000, THROUGHPUT_WINDOW_MS_MAX);
+    const bucketMs = requireInteger('bucketMs', options.bucketMs ?? Math.max(1_000, Math.round(windowMs / 30)), 100, windowMs);
+    const cap = requireInteger('maxRows', options.maxRows ?? THROUGHPUT_ROWS_DEFAULT, 1, THROUGHPUT_ROWS_MAX);
+    const buckets = Math.ceil(windowMs / bucketMs);
+    const rows = await this.deps.store.throughput(this.deps.db, { windowMs, bucketMs, cap });
+    const empty = () => ({ succeeded: new Array<number>(buckets).fill(0), dead: new Array<number>(buckets).fill(0) });
+    const total = empty();
+    const byQueue = new Map<string, ReturnType<typeof empty>>();
+    const read = { succeeded: { n: 0, oldestMs: 0 }, dead: { n: 0, oldestMs: 0 } };
+    for (const row of rows) {
+      read[row.status].n += row.count;
+      read[row.status].oldestMs = Math.max(read[row.status].oldestMs, row.oldestAgeMs);
+      // Oldest first: bucket 0 (the newest) is the last element. A row a clock tick past the window is dropped.
+      const index = buckets - 1 - row.bucket;
+      if (index < 0 || index >= buckets) continue;
+      let queue = byQueue.get(row.queue);
+      if (!queue) byQueue.set(row.queue, (queue = empty()));
+      queue[row.status][index]! += row.count;
+      total[row.status][index]! += row.count;
+    }
+    const capped = (['succeeded', 'dead'] as const).filter((status) => read[status].n >= cap).map((status) => read[status].oldestMs);
+    return {
+      at: new Date(),
+      windowMs,
+      bucketMs,
+      queues: [...byQueue].sort(([a], [b]) => a.localeCompare(b)).map(([queue, counts]) => ({ queue, ...counts })),
+      total,
+      completeForMs: capped.length === 0 ? null : Math.min(...capped),
+    };
   }
 
   async purgeDead(filter: { olderThan: Date; queue?: string; batchSize?: number } & OperatorNote): Promise<number> {
@@ -183,6 +262,13 @@ export class OperatorCalls {
       }
     }
   }
+}
+
+/** A cursor of listDead or listJobs: a timestamp as the database wrote it, and an id. */
+function parseCursor(cursor: string, call: string): { finishedAt: string; id: string } {
+  const match = /^(\d{4}-[^|]{1,60})\|(\d{1,19})$/.exec(cursor);
+  if (!match) throw new InvalidOptionError('cursor', `it is not a cursor from ${call}`, 'Pass the nextCursor of the previous page.');
+  return { finishedAt: match[1]!, id: match[2]! };
 }
 
 function checkedId(id: string): string {

@@ -49,7 +49,8 @@ import {
 import { settlesWithin } from './settles-within.js';
 import { checkUpcasters, isJobDefinition, payloadForHandler, type JobDefinition, type Upcasters } from './job-definition.js';
 import { createStore, type Store } from './store/index.js';
-import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+import type { OperatorNote, ReplayOutcome, DeadJobPage, DeadErrorGroup, JobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord, Throughput } from './records.js';
+import type { BrowsableStatus } from './store/index.js';
 import type { GroupLimits, GroupLimitsInput, GroupLimitsRecord, HandlerOptions, JobHandlerFn, JobStatus, QueueLimits, QueueLimitsInput } from './types.js';
 import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
@@ -70,7 +71,8 @@ export interface StartOptions {
 }
 
 // The records live in records.ts (the store maps rows to them); they are exported from here as before.
-export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
+export type { OperatorNote, ReplayOutcome, DeadJobPage, DeadJobSummary, QueueCounts, QueueStats, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord, JobSummary, JobPage, DeadErrorGroup, Throughput } from './records.js';
+export type { BrowsableStatus } from './store/index.js';
 
 /** TCP keepalive probes start after this long idle (the kernel's interval and count do the rest). */
 const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
@@ -664,14 +666,26 @@ export class PgQueue {
     return this.call(() => this.operator.listGroupLimits(queue, page));
   }
 
-  /** Stops claims of `queue` in every process; running jobs finish. */
-  pauseQueue(queue: string): Promise<void> {
-    return this.call(() => this.operator.setPaused(queue, true));
+  /**
+   * Stops claims of `queue` in every process; running jobs finish. `{ actor, reason }` are
+   * recorded in the queue's audit trail (`queueHistory`), as every call is.
+   */
+  pauseQueue(queue: string, note: OperatorNote = {}): Promise<void> {
+    return this.call(() => this.operator.setPaused(queue, true, note));
   }
 
-  /** Lets every process claim `queue` again, and wakes its workers. */
-  resumeQueue(queue: string): Promise<void> {
-    return this.call(() => this.operator.setPaused(queue, false));
+  /** Lets every process claim `queue` again, and wakes its workers; recorded as `pauseQueue` is. */
+  resumeQueue(queue: string, note: OperatorNote = {}): Promise<void> {
+    return this.call(() => this.operator.setPaused(queue, false, note));
+  }
+
+  /**
+   * The queue's pauses and resumes, newest first: who asked, why, and whether it was paused
+   * before. At most `limit` (default 50) per call; pass the last record's `id` as `before` for
+   * the next page. An undeclared queue has none.
+   */
+  queueHistory(queue: string, options: { limit?: number; before?: string } = {}): Promise<QueueAuditRecord[]> {
+    return this.call(() => this.operator.queueHistory(queue, options));
   }
 
   /**
@@ -715,6 +729,33 @@ export class PgQueue {
   /** Dead jobs, oldest death first, by queue and error code, a page at a time. */
   listDead(filter: { queue?: string; errorCode?: string; limit?: number; cursor?: string } = {}): Promise<DeadJobPage> {
     return this.call(() => this.operator.listDead(filter));
+  }
+
+  /**
+   * A page of a queue's jobs of one status, without payloads: `pending` (claimable, oldest due
+   * first), `scheduled` (soonest first), `running` (soonest lease expiry first), `succeeded`,
+   * `cancelled` and `dead` (newest first), optionally of one error code, `limit` (default 50, at
+   * most 200) per page. Each page walks at most a bounded number of index entries
+   * (BROWSE_WALK_MAX), so its cost never grows with the history kept; a short page with a
+   * `nextCursor` (`walkedOut`) is not the last.
+   */
+  listJobs(filter: { queue: string; status: BrowsableStatus; errorCode?: string; limit?: number; cursor?: string }): Promise<JobPage> {
+    return this.call(() => this.operator.listJobs(filter));
+  }
+
+  /** A queue's dead jobs grouped by error code (count, oldest and newest death, newest message), most first. */
+  deadGroups(queue: string, options: { limit?: number } = {}): Promise<DeadErrorGroup[]> {
+    return this.call(() => this.operator.deadGroups(queue, options));
+  }
+
+  /**
+   * Jobs that finished (succeeded and dead) per `bucketMs` over the last `windowMs` (default 15
+   * minutes, at most an hour), per queue and in total, read from the table: every process's work.
+   * It reads at most `maxRows` (default 20,000) jobs per status, so its cost is bounded at any
+   * throughput and never grows with the history kept; `completeForMs` says when the cap cut it short.
+   */
+  throughput(options: { windowMs?: number; bucketMs?: number; maxRows?: number } = {}): Promise<Throughput> {
+    return this.call(() => this.operator.throughput(options));
   }
 
   /**

@@ -126,6 +126,84 @@ export interface JobEventRecord {
   childId?: string;
 }
 
+/** A job as a listing shows it (`listJobs`): no payload, the error message cut to 200 characters. */
+export interface JobSummary {
+  id: string;
+  status: JobStatus;
+  priority: number;
+  attemptCount: number;
+  maxAttempts: number | null;
+  lastErrorCode: string | null;
+  lastErrorMessage: string | null;
+  orderingKey: string | null;
+  leaseOwner: string | null;
+  leaseExpiresAt: Date | null;
+  availableAt: Date;
+  createdAt: Date;
+  finishedAt: Date | null;
+}
+
+export interface JobPage {
+  jobs: JobSummary[];
+  /** Pass as `cursor` for the next page; undefined on the last page. */
+  nextCursor: string | undefined;
+  /**
+   * The page walked as far as one page may (`walked` entries of the status's index) before it was
+   * full: a short page that is not the last (a rare filter, or a quiet queue beside busy ones).
+   */
+  walkedOut: boolean;
+}
+
+/** A queue's dead jobs of one error code (`deadGroups`). */
+export interface DeadErrorGroup {
+  /** null: jobs that died without a code. */
+  errorCode: string | null;
+  count: number;
+  oldestAt: Date;
+  newestAt: Date;
+  /** The newest one's message (cut to 300 characters); null for jobs without a code. */
+  lastMessage: string | null;
+}
+
+/** One bucket of the throughput read, as the store returns it (`throughput` aggregates them). */
+export interface ThroughputBucket {
+  status: 'succeeded' | 'dead';
+  queue: string;
+  /** 0: the newest `bucketMs`. */
+  bucket: number;
+  count: number;
+  oldestAgeMs: number;
+}
+
+/** Jobs that finished per time bucket over the last minutes, in every process (`throughput`). */
+export interface Throughput {
+  at: Date;
+  windowMs: number;
+  bucketMs: number;
+  /** Per queue that finished a job in the window, oldest bucket first (the last is the newest `bucketMs`). */
+  queues: { queue: string; succeeded: number[]; dead: number[] }[];
+  /** Every queue together, in the same buckets. */
+  total: { succeeded: number[]; dead: number[] };
+  /**
+   * null when every job that finished in the window was counted. Otherwise the read hit its cap
+   * (`maxRows` per status) and the counts are complete only for the newest `completeForMs`.
+   */
+  completeForMs: number | null;
+}
+
+/** One pause or resume of a queue, from its audit trail (`queueHistory`). */
+export interface QueueAuditRecord {
+  id: string;
+  queue: string;
+  at: Date;
+  kind: 'paused' | 'resumed';
+  /** Whether the queue was paused before the call: a pause of a paused queue changed nothing. */
+  wasPaused: boolean;
+  /** Who asked (`{ actor }` of pause/resume), and why. */
+  actor: string | null;
+  reason: string | null;
+}
+
 export interface JobEffectRecord {
   name: string;
   idempotencyKey: string;

@@ -58,19 +58,28 @@ export class OperatorController {
     return { id, deleted };
   }
 
-  /** Stops claims of the queue in every process (running jobs finish). 404 `QUEUE_NOT_FOUND` for an unknown queue. */
+  /**
+   * Stops claims of the queue in every process (running jobs finish): `{ "reason": "…" }`, recorded with
+   * the actor in the queue's audit trail (`GET /queues/:name/history`). 404 `QUEUE_NOT_FOUND` for an unknown queue.
+   */
   @Post('queues/:name/pause')
   @HttpCode(200)
-  async pause(@Param('name') queue: string): Promise<{ queue: string; paused: true }> {
-    await this.queue.pause(queue);
+  async pause(@Param('name') queue: string, @Body() body: unknown, @Headers('x-actor') actor?: string): Promise<{ queue: string; paused: true }> {
+    await this.queue.pause(queue, operatorNote(body, actor));
     return { queue, paused: true };
   }
 
   @Post('queues/:name/resume')
   @HttpCode(200)
-  async resume(@Param('name') queue: string): Promise<{ queue: string; paused: false }> {
-    await this.queue.resume(queue);
+  async resume(@Param('name') queue: string, @Body() body: unknown, @Headers('x-actor') actor?: string): Promise<{ queue: string; paused: false }> {
+    await this.queue.resume(queue, operatorNote(body, actor));
     return { queue, paused: false };
+  }
+
+  /** The queue's pauses and resumes, newest first: who, why, and whether it was paused before. */
+  @Get('queues/:name/history')
+  queueHistory(@Param('name') queue: string, @Query() query: Record<string, unknown>) {
+    return this.queue.queueHistory(queue, { limit: optionalNumber(queryString(query, 'limit'), 'limit'), before: queryString(query, 'before') });
   }
 
   /** The job's audit trail, oldest first (who replayed or cancelled it, and why, included). */

@@ -165,6 +165,32 @@ test('pause stops claims in every process (running jobs finish) and shows in sta
   await expect(b.pauseQueue('no-such-queue')).rejects.toThrow(/not declared/);
 });
 
+test('pause and resume record who asked and why in the queue\'s audit trail, newest first, paged; without a note they still work', async () => {
+  const q = fx.make();
+  await q.declareQueues(['audited', 'other']);
+  await q.pauseQueue('audited'); // the call of older code: no note
+  await q.pauseQueue('audited', { actor: 'ada', reason: 'the importer writes garbage' });
+  await q.resumeQueue('audited', { actor: 'grace', reason: 'importer fixed' });
+  await q.pauseQueue('other', { actor: 'linus' });
+  const trail = await q.queueHistory('audited');
+  expect(trail.map(({ kind, wasPaused, actor, reason, queue }) => ({ kind, wasPaused, actor, reason, queue }))).toEqual([
+    { kind: 'resumed', wasPaused: true, actor: 'grace', reason: 'importer fixed', queue: 'audited' },
+    { kind: 'paused', wasPaused: true, actor: 'ada', reason: 'the importer writes garbage', queue: 'audited' },
+    { kind: 'paused', wasPaused: false, actor: null, reason: null, queue: 'audited' },
+  ]);
+  expect(trail[0]!.at).toBeInstanceOf(Date);
+  const [first, ...rest] = trail;
+  expect(await q.queueHistory('audited', { limit: 1 })).toEqual([first]);
+  expect(await q.queueHistory('audited', { before: first!.id })).toEqual(rest);
+  expect((await q.stats()).queues.find((s) => s.queue === 'audited')?.paused).toBe(false);
+  expect(await q.queueHistory('no-such-queue')).toEqual([]);
+  // Refused before any SQL: an actor that does not fit, a page out of bounds; an unknown queue writes nothing.
+  await expect(q.pauseQueue('audited', { actor: 'x'.repeat(201) })).rejects.toBeInstanceOf(InvalidOptionError);
+  await expect(q.queueHistory('audited', { limit: 0 })).rejects.toBeInstanceOf(InvalidOptionError);
+  expect((await refusal(q.resumeQueue('no-such-queue', { actor: 'ada' }))).code).toBe('QUEUE_NOT_FOUND');
+  expect(await q.queueHistory('audited')).toHaveLength(3);
+});
+
 test('retention prunes succeeded jobs in bounded batches and never touches dead, running, pending or scheduled ones', async () => {
   const q: PgQueue = fx.make({ pruner: { retentionMs: 60_000, batchSize: 2, maxBatchesPerPass: 3 } });
   await fx.insertJobs('retention', 10, { status: 'succeeded' });

@@ -14,13 +14,13 @@ import { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
  * test would boot theirs; `extraProviders` adds a test's own handlers beside the sample's. With
  * `viaProxy`, the app reaches its database (pool and listener) through a TCP proxy of its own
  * (`proxy`) that the test can cut or blackhole; with `throughPort`, through a port the test gives
- * (its own proxy); `sql` always connects directly.
+ * (its own proxy); `sql` always connects directly. `globalPrefix`: the app's `setGlobalPrefix`.
  */
 export async function bootSampleApp(
   label: string,
   options: Omit<PgQueueModuleOptions, 'connectionString'>,
   extraProviders: Provider[] = [],
-  { viaProxy = false, throughPort }: { viaProxy?: boolean; throughPort?: number } = {},
+  { viaProxy = false, throughPort, globalPrefix }: { viaProxy?: boolean; throughPort?: number; globalPrefix?: string } = {},
 ) {
   const database: TestDatabase = await createTestDatabase(label);
   const logger = new CapturingLogger();
@@ -43,6 +43,7 @@ export async function bootSampleApp(
     .setLogger(logger)
     .compile();
   const app: INestApplication = moduleRef.createNestApplication();
+  if (globalPrefix !== undefined) app.setGlobalPrefix(globalPrefix);
   await app.listen(0, '127.0.0.1');
   const base = (await app.getUrl()).replace('[::1]', '127.0.0.1');
   // For fixtures the API cannot make (a ghost claim, a backdated job); closed with the app.

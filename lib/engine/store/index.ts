@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { browseStatements, type BrowsableStatus, type BrowsePage, type BrowseParams } from './browse.js';
 import { claimStatements } from './claim.js';
 import { effectStatements } from './effects.js';
 import { enqueueStatements } from './enqueue.js';
@@ -29,6 +30,7 @@ export type { EnqueueRow } from './enqueue.js';
 export type { ReapedJob } from './maintenance.js';
 export type { BegunEffect } from './effects.js';
 export type { QueueFigures, UnfinishedGroup } from './reads.js';
+export { BROWSABLE_STATUSES, BROWSE_WALK_MAX, type BrowsableStatus } from './browse.js';
 export { listen, ping } from './listener.js';
 
 function allStatements(schemaName: string, options: StoreOptions) {
@@ -46,6 +48,7 @@ function allStatements(schemaName: string, options: StoreOptions) {
       ...operatorStatements(ctx),
       ...effectStatements(ctx),
       ...readStatements(ctx),
+      ...browseStatements(ctx),
     },
   };
 }
@@ -57,12 +60,14 @@ type Bound<S> = {
   readonly [K in keyof S]: S[K] extends Statement<infer P, infer R> ? (db: Queryable, ...params: [P] extends [void] ? [] : [P]) => Promise<R> : never;
 };
 
-export type Store = Bound<Omit<Statements, 'requireTransaction' | `listDead${string}` | `purgeDead${string}`>> & {
+export type Store = Bound<Omit<Statements, 'requireTransaction' | `listDead${string}` | `purgeDead${string}` | `browse${string}`>> & {
   readonly schema: string;
   readonly statementTimeoutMs: number;
   readonly statements: Statements;
   /** A page of dead jobs, by the statement of its filter (see listDeadPage in operator.ts). A null filter is no filter. */
   listDeadPage(db: Queryable, params: DeadPageParams & { queue: string | null; code: string | null }): Promise<DeadPage>;
+  /** A page of a queue's jobs of one status, by the statement of the status (see browse in browse.ts). */
+  browse(db: Queryable, params: BrowseParams & { status: BrowsableStatus }): Promise<BrowsePage>;
   /** One bounded batch of an explicit purge, of every queue or one (see purgeDeadBatch in operator.ts). */
   purgeDeadBatch(db: Queryable, params: PurgeParams & { queue: string | null }): Promise<{ removed: number; keys: KeyRelease }>;
   /** Fails with the server's 25P01 unless `db` is inside a transaction block (see requireTransaction in fence.ts). */
@@ -89,6 +94,10 @@ export function createStore(schemaName: string, options: StoreOptions = { statem
       if (queue !== null) return execute(db, s.listDeadOfQueue, { ...page, queue });
       if (code !== null) return execute(db, s.listDeadWithCode, { ...page, code });
       return execute(db, s.listDead, page);
+    },
+    browse(db, { status, ...page }) {
+      const statement = { pending: s.browsePending, scheduled: s.browseScheduled, running: s.browseRunning, succeeded: s.browseSucceeded, cancelled: s.browseCancelled, dead: s.browseDead }[status];
+      return execute(db, statement, page);
     },
     purgeDeadBatch(db, { queue, ...batch }) {
       return queue === null ? execute(db, s.purgeDead, batch) : execute(db, s.purgeDeadOfQueue, { ...batch, queue });

@@ -1,5 +1,5 @@
 import type { JobStatus } from '../types.js';
-import type { DeadJobSummary } from '../records.js';
+import type { DeadJobSummary, QueueAuditRecord } from '../records.js';
 import { keyRelease, keysOf, RELEASED_KEYS_COLUMNS, releaseKeys, type ReleasedKeysRow } from './finish.js';
 import type { StatementContext } from './statement.js';
 
@@ -142,20 +142,46 @@ export function operatorStatements({ define, s, jobs, events, status }: Statemen
 
   return {
     /**
-     * Pauses ($2 = true) or resumes a queue for every process. Resuming wakes its workers.
-     * $1 queue, $2 paused?, $3 channel.
+     * Pauses ($2 = true) or resumes a queue for every process, and records who asked and why in
+     * queue_audit (one row per call, in the same statement, so the trail cannot disagree with
+     * paused_at; was_paused tells a change from a repeated request). Resuming wakes its workers.
+     * The queue's row is locked first, so concurrent calls are recorded in the order they applied.
+     * $1 queue, $2 paused?, $3 channel, $4 actor, $5 reason.
      */
     setQueuePaused: define(
       'set-queue-paused',
-      `WITH changed AS (
-         UPDATE ${s}.queues SET paused_at = CASE WHEN $2::boolean THEN coalesce(paused_at, now()) END
-         WHERE name = $1 RETURNING name, paused_at
+      `WITH before AS (
+         SELECT name, paused_at FROM ${s}.queues WHERE name = $1 FOR UPDATE
+       ), changed AS (
+         UPDATE ${s}.queues AS q SET paused_at = CASE WHEN $2::boolean THEN coalesce(q.paused_at, now()) END
+         FROM before b WHERE q.name = b.name RETURNING q.name, q.paused_at
+       ), audit AS (
+         INSERT INTO ${s}.queue_audit (queue_name, kind, was_paused, actor, reason)
+         SELECT b.name, CASE WHEN $2::boolean THEN 'paused' ELSE 'resumed' END, b.paused_at IS NOT NULL, $4, $5 FROM before b
        ), woken AS (
          SELECT count(pg_notify($3, name)) AS n FROM changed WHERE paused_at IS NULL
        )
-       SELECT c.name, c.paused_at FROM changed c CROSS JOIN woken`,
-      (p: { queue: string; paused: boolean; channel: string }) => [p.queue, p.paused, p.channel],
-      (rows: { name: string; paused_at: Date | null }[]) => ({ found: rows.length > 0 }),
+       SELECT c.name, c.paused_at, (SELECT b.paused_at IS NOT NULL FROM before b) AS was_paused FROM changed c CROSS JOIN woken`,
+      (p: OperatorCallParams & { queue: string; paused: boolean; channel: string }) => [p.queue, p.paused, p.channel, p.actor, p.reason],
+      (rows: { name: string; paused_at: Date | null; was_paused: boolean }[]) => ({ found: rows.length > 0, wasPaused: rows[0]?.was_paused === true }),
+    ),
+
+    /**
+     * A queue's audit trail (pauses and resumes), newest first: a range of queue_audit_queue_idx
+     * (queue_name, id) read backwards from $2 (NULL: the newest), at most $3 rows, so a page costs
+     * what it returns however long the trail. $1 queue.
+     */
+    queueAudit: define(
+      'queue-audit',
+      `SELECT e.id::text AS id, e.queue_name, e.at, e.kind, e.was_paused, e.actor, e.reason
+       FROM ${s}.queue_audit e
+       WHERE e.queue_name = $1 AND e.id < coalesce($2::bigint, 9223372036854775807)
+       -- e.id, not id: the output column id::text sorts '10' before '9'.
+       ORDER BY e.id DESC
+       LIMIT $3`,
+      (p: { queue: string; before: string | null; limit: number }) => [p.queue, p.before, p.limit],
+      (rows: { id: string; queue_name: string; at: Date; kind: 'paused' | 'resumed'; was_paused: boolean; actor: string | null; reason: string | null }[]): QueueAuditRecord[] =>
+        rows.map((r) => ({ id: r.id, queue: r.queue_name, at: r.at, kind: r.kind, wasPaused: r.was_paused, actor: r.actor, reason: r.reason })),
     ),
 
     /**
