@@ -11,6 +11,7 @@ import {
   type JobEventRecord,
   type FlowNode,
   type EnqueuedFlow,
+  type ChildResult,
   type GroupLimits,
   type GroupLimitsInput,
   type GroupLimitsRecord,
@@ -223,6 +224,11 @@ export class QueueService {
    */
   enqueueFlow(flow: FlowNode, options: EnqueueCallOptions = {}): Promise<EnqueuedFlow> {
     return this.engine.enqueueFlow(flow, options);
+  }
+
+  /** A flow job's children, by id, a page at a time (default 100), with their states and results. */
+  listChildren(id: string, page: { after?: string; limit?: number } = {}): Promise<ChildResult[]> {
+    return this.engine.listChildren(id, page);
   }
 
   /**

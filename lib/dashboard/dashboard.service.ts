@@ -129,6 +129,9 @@ function doneNotice(query: Query): string | undefined {
   }
 }
 
+/** A flow job's children listed on its page (its first ones, by id). */
+const JOB_CHILDREN_SHOWN = 100;
+
 /**
  * The dashboard's pages and actions over QueueService (the engine's public operator API): no SQL
  * here. Every request runs the guard, then renders with the request's actor and form token; every
@@ -222,8 +225,13 @@ export class DashboardService {
     const jobIdValue = jobId(id);
     const job = await this.queue.get(jobIdValue);
     if (!job) throw new BadDashboardRequest(`There is no job #${jobIdValue} (it may have been pruned or deleted).`, 404);
-    const [history, effects, showPayload] = await Promise.all([this.queue.history(jobIdValue), this.queue.effects(jobIdValue), this.config.showPayload(req, job)]);
-    return jobPage(ctx, { job, history, effects, showPayload: showPayload === true }, doneNotice(Query.of(req)));
+    const [history, effects, showPayload, children] = await Promise.all([
+      this.queue.history(jobIdValue),
+      this.queue.effects(jobIdValue),
+      this.config.showPayload(req, job),
+      this.queue.listChildren(jobIdValue, { limit: JOB_CHILDREN_SHOWN }),
+    ]);
+    return jobPage(ctx, { job, history, effects, showPayload: showPayload === true, children }, doneNotice(Query.of(req)));
   }
 
   /** `GET …/jobs?id=`: the "go to job" box. */

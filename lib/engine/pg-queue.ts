@@ -12,7 +12,7 @@ export type { PgQueueOptions } from './options.js';
 import { describeTarget, targetOf, type Queryable } from './db.js';
 import { DatabaseUnavailableError, EngineStoppedError, InvalidOptionError } from './errors.js';
 import { isJobId, isQueueName, validateSchemaName, wakeChannel } from './identifiers.js';
-import { OperatorCalls } from './operator.js';
+import { OperatorCalls, OPERATOR_BATCH_MAX } from './operator.js';
 import { LogThrottle } from './log-throttle.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
 import { EngineMetrics, type JobEventListener } from './metrics.js';
@@ -51,7 +51,7 @@ import { checkUpcasters, isJobDefinition, payloadForHandler, type JobDefinition,
 import { createStore, type Store } from './store/index.js';
 import type { OperatorNote, ReplayOutcome, DeadJobPage, DeadErrorGroup, JobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord, Throughput } from './records.js';
 import type { BrowsableStatus } from './store/index.js';
-import type { GroupLimits, GroupLimitsInput, GroupLimitsRecord, HandlerOptions, JobHandlerFn, JobStatus, QueueLimits, QueueLimitsInput } from './types.js';
+import type { ChildResult, GroupLimits, GroupLimitsInput, GroupLimitsRecord, HandlerOptions, JobHandlerFn, JobStatus, QueueLimits, QueueLimitsInput } from './types.js';
 import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
 import { resolveHandlerOptions, Worker, type WorkerHooks } from './worker.js';
 
@@ -594,6 +594,15 @@ export class PgQueue {
         ),
       options.client,
     );
+  }
+
+  /** A flow job's children, by id, a page at a time (default 100 after `after`), with their states and results. */
+  listChildren(id: string, page: { after?: string; limit?: number } = {}): Promise<ChildResult[]> {
+    return this.call(async () => {
+      if (!isJobId(id)) return [];
+      const limit = requireInteger('limit', page.limit ?? 100, 1, OPERATOR_BATCH_MAX);
+      return this.store.childResults(this.pool, { parent: id, after: page.after ?? '0', limit });
+    });
   }
 
   getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {

@@ -92,7 +92,8 @@ export interface JobRecord<T = unknown> {
   payload: T;
   status: JobStatus;
   priority: number;
-  availableAt: Date;
+  /** When it is (or was last) due; null while a flow parent waits for its children. */
+  availableAt: Date | null;
   attemptCount: number;
   maxAttempts: number | null;
   leaseOwner: string | null;
@@ -106,6 +107,12 @@ export interface JobRecord<T = unknown> {
   lastErrorMessage: string | null;
   createdAt: Date;
   finishedAt: Date | null;
+  /** Its group (flow control), or null. */
+  group: string | null;
+  /** In a flow: the parent that waits for it, or null. */
+  parentId: string | null;
+  /** A flow parent still waiting for its children. */
+  awaitingChildren: boolean;
 }
 
 export interface JobEventRecord {
@@ -138,7 +145,8 @@ export interface JobSummary {
   orderingKey: string | null;
   leaseOwner: string | null;
   leaseExpiresAt: Date | null;
-  availableAt: Date;
+  /** null while a flow parent waits for its children. */
+  availableAt: Date | null;
   createdAt: Date;
   finishedAt: Date | null;
 }

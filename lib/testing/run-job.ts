@@ -81,6 +81,7 @@ function describeState(job: JobRecord | undefined, processing: boolean): string 
   const workers = processing ? '' : '; the workers of this application have stopped';
   switch (job.status) {
     case 'scheduled':
+      if (job.availableAt === null) return `a flow parent waiting for its children (see listChildren)${workers}`;
       return `scheduled for ${job.availableAt.toISOString()} (${job.attemptCount > 0 ? `a retry waiting out its backoff after ${attempts}${lastError}` : 'a delayed job, not attempted yet'})${workers}`;
     case 'pending':
       return `pending, not claimed (${attempts}${lastError}: is the queue paused, or is an earlier job of its ordering key unfinished?)${workers}`;

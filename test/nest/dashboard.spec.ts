@@ -168,6 +168,28 @@ describe('in the sample app', () => {
     expect(text).toContain('name="reason"');
   });
 
+  it('shows flow control where a queue has it (limits, top groups) and a flow job\'s parent and children', async () => {
+    await s.engine.declareQueues(['dash-flow']);
+    await s.queue.setLimits('dash-flow', { globalConcurrency: 3, groupConcurrency: 1 });
+    await s.queue.enqueueMany(['acct:<b>1</b>', 'acct:2'].map((group) => ({ queue: 'dash-flow', payload: {}, options: { group } })));
+    const queues = await page('/pg-queue');
+    expect(queues.text).toContain('data-testid="flow-control"');
+    expect(queues.text).toContain('of 3'); // running against globalConcurrency
+    // A group name is the producer's text: escaped like any.
+    expect(queues.text).toContain('acct:&lt;b&gt;1&lt;/b&gt;');
+    expect(queues.text).not.toContain('<b>1</b>');
+    // A queue without flow control shows none.
+    const reports = await page('/pg-queue/queues/reports');
+    expect(reports.text).not.toContain('data-testid="flow-control"');
+
+    const flow = await s.queue.enqueueFlow({ queue: 'dash-flow', payload: {}, children: [{ queue: 'dash-flow', payload: {} }, { queue: 'dash-flow', payload: {} }] });
+    const parent = await page(`/pg-queue/jobs/${flow.id}`);
+    expect(parent.text).toContain('data-testid="flow-children"');
+    for (const child of flow.children) expect(parent.text).toContain(`/pg-queue/jobs/${child.id}`);
+    const child = await page(`/pg-queue/jobs/${flow.children[0]!.id}`);
+    expect(child.text).toContain(`href="/pg-queue/jobs/${flow.id}" data-testid="flow-parent"`);
+  });
+
   it('refuses anonymous requests (the sample\'s guard) and names the sign-in', async () => {
     const anonymous = await fetch(`${s.base}/pg-queue/queues/imports`);
     expect(anonymous.status).toBe(403);

@@ -1,12 +1,14 @@
-import type { JobEffectRecord, JobEventRecord, JobRecord } from '../../engine/index.js';
+import type { ChildResult, JobEffectRecord, JobEventRecord, JobRecord } from '../../engine/index.js';
 import { html, nothing, type Html } from '../dashboard.html.js';
-import { badge, flash, href, layout, moment, queuePath, type ViewContext } from './layout.view.js';
+import { badge, flash, href, jobPath, layout, moment, queuePath, type ViewContext } from './layout.view.js';
 
 export interface JobPageData {
   job: JobRecord;
   history: JobEventRecord[];
   effects: JobEffectRecord[];
   showPayload: boolean;
+  /** Its children in a flow (the first ones): empty for a job without. */
+  children: ChildResult[];
 }
 
 /** A JSON value for a person, bounded so a large payload cannot make the page huge. */
@@ -36,6 +38,18 @@ function attempts(job: JobRecord, history: readonly JobEventRecord[]): Html {
       (e) => html`<tr><td class="num">${attempt}</td><td>${e.kind}</td><td>${e.errorCode ? html`<code>${e.errorCode}</code>` : nothing}</td><td class="wrap">${e.message ?? ''}</td><td>${e.leaseToken ?? ''}</td><td>${e.worker ?? ''}</td></tr>`,
     ),
   )}</tbody></table></div>`;
+}
+
+/** Its flow: the parent it waits in, and its children with their states (the parent's handler reads their results). */
+function flowSection(ctx: ViewContext, job: JobRecord, children: readonly ChildResult[]): Html {
+  if (job.parentId === null && children.length === 0) return nothing;
+  const parent = job.parentId === null ? nothing : html`<p>Part of a flow: its parent is <a href="${href(ctx, jobPath(job.parentId))}" data-testid="flow-parent">job #${job.parentId}</a>, which runs once all its children have succeeded.</p>`;
+  const list = children.length === 0
+    ? nothing
+    : html`<p>${job.awaitingChildren ? 'Waiting for its children' : 'Its children'}${children.length === 100 ? ' (the first 100)' : ''}:</p>
+<div class="scroll"><table data-testid="flow-children"><thead><tr><th scope="col">Child</th><th scope="col">Queue</th><th scope="col">State</th></tr></thead>
+<tbody>${children.map((c) => html`<tr><td><a href="${href(ctx, jobPath(c.id))}">#${c.id}</a></td><td>${c.queue}</td><td>${badge(c.discarded ? 'discarded' : c.status)}</td></tr>`)}</tbody></table></div>`;
+  return html`<h2>Flow</h2>${parent}${list}`;
 }
 
 export function jobPage(ctx: ViewContext, data: JobPageData, notice?: string): Html {
@@ -73,7 +87,7 @@ ${running || (job.status === 'cancelled' && job.leaseExpiresAt !== null)
 ${data.showPayload ? html`<pre data-testid="payload">${json(job.payload)}</pre>` : html`<p class="muted">Hidden: the dashboard's <code>showPayload</code> option does not allow it for you.</p>`}
 <h2>Attempts and errors</h2>
 ${attempts(job, data.history)}
-<h2>History</h2>
+${flowSection(ctx, job, data.children)}<h2>History</h2>
 ${data.history.length
   ? html`<div class="scroll"><table><caption>Every exceptional transition, oldest first (a claim and a success write none)</caption>
 <thead><tr><th scope="col">When</th><th scope="col">What</th><th scope="col">From → to</th><th scope="col" class="num">Attempt</th><th scope="col">Who</th><th scope="col">Code</th><th scope="col" class="wrap">Message or reason</th></tr></thead>

@@ -4,12 +4,36 @@ import { DASHBOARD_REFRESHES_MAX } from '../dashboard.options.js';
 import { badge, count, duration, flash, href, layout, queuePath, sparkline, type ViewContext } from './layout.view.js';
 
 /**
- * Sections a queue shows only when its feature exists. None does yet: rate limits, groups (issue
- * 17) and schedules will each add a field to QueueStats, and a section here that reads it, so a
- * queue without the feature shows nothing. The queues page and the queue page both render these.
+ * Sections a queue shows only when its feature is in use: flow control (limits, groups: `flow`)
+ * and flows held by a dead child (`blockedFlows`); a queue without them shows nothing. The queues
+ * page and the queue page both render these.
  */
-export function featureSections(_queue: QueueStats): Html[] {
-  return [];
+export function featureSections(queue: QueueStats): Html[] {
+  const sections: Html[] = [];
+  const flow = queue.flow;
+  if (flow) {
+    const { limits } = flow;
+    const rate = (r: { limit: number; windowMs: number } | null) => (r ? `${count(r.limit)} per ${duration(r.windowMs)}` : 'none');
+    sections.push(html`<div class="flow" data-testid="flow-control"><strong>Flow control</strong>
+<dl class="facts">
+<dt>Running (all processes)</dt><dd>${count(flow.running)}${limits.globalConcurrency === null ? nothing : html` of ${count(limits.globalConcurrency)}`}</dd>
+<dt>Per group</dt><dd>${limits.groupConcurrency === null ? 'no limit' : `at most ${count(limits.groupConcurrency)} running`}</dd>
+<dt>Rate limit</dt><dd>${rate(limits.rateLimit)}${flow.claimsInWindow === null ? nothing : html` (${count(flow.claimsInWindow)} in the window)`}</dd>
+<dt>Per-group rate limit</dt><dd>${rate(limits.groupRateLimit)}</dd>
+<dt>Fair between groups</dt><dd>${limits.groupFairness ? 'yes' : 'no'}</dd>
+<dt>Held by a rate limit or throttle</dt><dd>${count(flow.heldByRateLimit)}${flow.throttledUntil ? html` (queue throttled until ${flow.throttledUntil.toISOString().slice(11, 19)} UTC)` : nothing}</dd>
+<dt>Groups with work</dt><dd>${count(flow.groupCount)}</dd>
+</dl>${flow.topGroups.length === 0 ? nothing : html`<div class="scroll"><table>
+<caption>Groups with the most jobs (top ${count(flow.topGroups.length)})</caption>
+<thead><tr><th scope="col">Group</th><th scope="col" class="num">Running</th><th scope="col" class="num">Waiting</th><th scope="col" class="num">Limit</th><th scope="col">Throttled until</th></tr></thead>
+<tbody>${flow.topGroups.map((g) => html`<tr><td>${g.group}</td><td class="num">${count(g.running)}</td><td class="num">${count(g.waiting)}</td>
+<td class="num">${g.concurrency === null ? '—' : count(g.concurrency)}</td><td>${g.throttledUntil ? `${g.throttledUntil.toISOString().slice(11, 19)} UTC` : '—'}</td></tr>`)}</tbody>
+</table></div>`}</div>`);
+  }
+  if (queue.blockedFlows > 0) {
+    sections.push(html`<p class="flow" data-testid="blocked-flows"><strong>${count(queue.blockedFlows)}</strong> flow parent${queue.blockedFlows === 1 ? '' : 's'} held by a dead child: replay or discard the child (see the dead jobs).</p>`);
+  }
+  return sections;
 }
 
 /** The live part of the queues page: refreshed by htmx every refreshMs, at most DASHBOARD_REFRESHES_MAX times per page load. */

@@ -64,7 +64,8 @@ const browsePage = (rows: { jobs: SummaryJson[]; walked: number; last_walked: st
       orderingKey: j.ordering_key,
       leaseOwner: j.lease_owner,
       leaseExpiresAt: date(j.lease_expires_at),
-      availableAt: new Date(j.available_at),
+      // A waiting flow parent is due at 'infinity' (never).
+      availableAt: j.available_at === 'infinity' ? null : new Date(j.available_at),
       createdAt: new Date(j.created_at),
       finishedAt: date(j.finished_at),
     }),

@@ -20,7 +20,7 @@ type JobRow = {
   payload: unknown;
   status: JobStatus;
   priority: number;
-  available_at: Date;
+  available_at: Date | null;
   attempt_count: number;
   max_attempts: number | null;
   lease_owner: string | null;
@@ -34,6 +34,9 @@ type JobRow = {
   last_error_message: string | null;
   created_at: Date;
   finished_at: Date | null;
+  group_key: string | null;
+  parent_id: string | null;
+  awaiting_children: boolean;
 };
 
 type EventRow = {
@@ -82,10 +85,11 @@ export function readStatements({ define, s, jobs, events }: StatementContext) {
   return {
     getJob: define(
       'get-job',
-      `SELECT id::text AS id, queue_name, payload, status::text AS status, priority, available_at,
-              attempt_count, max_attempts, lease_owner, lease_token::text AS lease_token, lease_expires_at,
+      `SELECT id::text AS id, queue_name, payload, status::text AS status, priority,
+              -- A waiting flow parent is due at 'infinity' (never): no date says that.
+              nullif(available_at, 'infinity') AS available_at, attempt_count, max_attempts, lease_owner, lease_token::text AS lease_token, lease_expires_at,
               deadline_at, claimed_at, heartbeat_at, release_count, last_error_code, last_error_message,
-              created_at, finished_at
+              created_at, finished_at, group_key, parent_id::text AS parent_id, awaiting_children
        FROM ${jobs} WHERE id = $1`,
       (p: { id: string }) => [p.id],
       (rows: JobRow[]): JobRecord | undefined => {
@@ -111,6 +115,9 @@ export function readStatements({ define, s, jobs, events }: StatementContext) {
           lastErrorMessage: row.last_error_message,
           createdAt: row.created_at,
           finishedAt: row.finished_at,
+          group: row.group_key,
+          parentId: row.parent_id,
+          awaitingChildren: row.awaiting_children,
         };
       },
     ),
