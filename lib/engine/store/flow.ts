@@ -151,8 +151,12 @@ export function flowStatements({ define, s, jobs, events, status }: StatementCon
                   CASE WHEN q.throttled_until > q.ts THEN 0 ELSE $3 END,
                   -- Each count only when its limit is set (an operator's operands are all evaluated), and
                   -- no further than the limit: the running rows of a busy queue cost a heap visit each.
+                  -- lease_owner (always set on a running row) is not in jobs_running_idx, so this is an
+                  -- index scan, not an index-only one: only an index scan marks the entries of rows that
+                  -- left 'running' dead as it passes them, and a busy queue leaves one per job; an
+                  -- index-only count visited the heap for every one of them again at every claim.
                   CASE WHEN q.global_concurrency IS NOT NULL THEN q.global_concurrency
-                    - (SELECT count(*) FROM (SELECT 1 FROM ${jobs} r WHERE r.queue_name = $1 AND r.status = 'running' LIMIT q.global_concurrency) x) END,
+                    - (SELECT count(*) FROM (SELECT 1 FROM ${jobs} r WHERE r.queue_name = $1 AND r.status = 'running' AND r.lease_owner IS NOT NULL LIMIT q.global_concurrency) x) END,
                   CASE WHEN q.rate_limit IS NOT NULL THEN q.rate_limit
                     - (SELECT count(*) FROM ${s}.claim_log c WHERE c.queue_name = $1 AND c.claimed_at > q.ts - ${ms('q.rate_window_ms')}) END
                 ))::int AS n,
@@ -176,7 +180,7 @@ export function flowStatements({ define, s, jobs, events, status }: StatementCon
                   $3::int,
                   CASE WHEN g.throttled_until > q.ts THEN 0 ELSE $3 END,
                   CASE WHEN v.key IS NOT NULL AND coalesce(g.concurrency, q.group_concurrency) IS NOT NULL THEN coalesce(g.concurrency, q.group_concurrency)
-                    - (SELECT count(*) FROM (SELECT 1 FROM ${jobs} r WHERE r.queue_name = $1 AND r.group_key = v.key AND r.status = 'running'
+                    - (SELECT count(*) FROM (SELECT 1 FROM ${jobs} r WHERE r.queue_name = $1 AND r.group_key = v.key AND r.status = 'running' AND r.lease_owner IS NOT NULL
                                              LIMIT coalesce(g.concurrency, q.group_concurrency)) x) END,
                   CASE WHEN v.key IS NOT NULL AND coalesce(g.rate_limit, q.group_rate_limit) IS NOT NULL THEN coalesce(g.rate_limit, q.group_rate_limit)
                     - (SELECT count(*) FROM ${s}.claim_log c WHERE c.queue_name = $1 AND c.group_key = v.key
