@@ -198,3 +198,16 @@ test('a result that is not JSON or over 16 KiB fails the child permanently (INVA
   const child = await waitForStatus(q, flow.children[0]!.id, 'dead', 10_000);
   expect(child.lastErrorCode).toBe('INVALID_RESULT');
 });
+
+test('a waiting parent is no job the scheduler waits for: its passes keep working beside it', async () => {
+  const q = fx.make({ scheduler: { intervalMs: 50 } });
+  await q.declareQueues(['sched-parent', 'sched-child']);
+  const flow = await q.enqueueFlow({ queue: 'sched-parent', payload: {}, children: [{ queue: 'sched-child', payload: {} }] });
+  // Only the waiting parent is scheduled (the other files' jobs are in their own queues, maybe none scheduled).
+  await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', finished_at = now() WHERE status = 'scheduled' AND id <> $1`, [flow.id]);
+  expect(await store.nextScheduledInMs(fx.pool)).toBeUndefined();
+  // A delayed job alongside is promoted on time.
+  const delayed = await q.enqueue('sched-child', {}, { delayMs: 100 });
+  await q.start();
+  await waitForStatus(q, delayed, 'pending', 5_000);
+});

@@ -149,11 +149,15 @@ export function maintenanceStatements({ define, s, jobs, events, status }: State
       (rows: { queue_name: string; promoted: number }[]) => rows.map((r) => ({ queue: r.queue_name, promoted: r.promoted })),
     ),
 
-    /** How long until the next scheduled job falls due (database time; negative: already due), or undefined when none is scheduled. */
+    /**
+     * How long until the next scheduled job falls due (database time; negative: already due), or
+     * undefined when none is scheduled. A flow parent waiting for its children is due at
+     * 'infinity' (never): it is not a job the scheduler waits for (and infinity - now() is an error).
+     */
     nextScheduledInMs: define(
       'next-scheduled',
       `SELECT (extract(epoch FROM available_at - now()) * 1000)::float8 AS ms_left
-       FROM ${jobs} WHERE status = 'scheduled' ORDER BY available_at LIMIT 1`,
+       FROM ${jobs} WHERE status = 'scheduled' AND available_at < 'infinity' ORDER BY available_at LIMIT 1`,
       none,
       (rows: { ms_left: number }[]) => rows[0]?.ms_left,
     ),
