@@ -304,3 +304,22 @@ test('stats() shows what flow control holds back: slots against the limit, group
   expect(text).toContain(`pgqueue_flow_held_by_rate_limit{queue="${queue}"} 1`);
   await completeAll(claimed);
 });
+
+test('a spent group rate budget tells the worker when the next claim can take more (the limit is used, not the poll pace)', async () => {
+  const queue = 'rate-hint';
+  const q = fx.make();
+  await q.declareQueues([queue]);
+  await q.setLimits(queue, { groupRateLimit: { limit: 2, windowMs: 800 } });
+  await q.enqueueMany(['a', 'a', 'a', 'b', 'b', 'b'].map((g) => ({ queue, payload: {}, options: { group: g } })));
+  const first = await flowClaim(queue, 10);
+  expect(first.map((j) => j.group).sort()).toEqual(['a', 'a', 'b', 'b']);
+  const spent = await transaction(fx.pool, async (client) => {
+    const lock = await store.flowLock(client, { queue });
+    return store.flowClaim(client, { ...claimParams(queue, 10), cursor: lock.cursor, maxGroups: FLOW_MAX_GROUPS_PER_CLAIM, ungroupedWindow: FLOW_UNGROUPED_WINDOW });
+  }, { statementTimeoutMs: 10_000 });
+  expect(spent).toHaveLength(0);
+  // Both groups spent: the first slot frees when the first claims leave the 800 ms window.
+  expect(spent.gate.waitMs).toBeGreaterThan(0);
+  expect(spent.gate.waitMs).toBeLessThanOrEqual(800);
+  await completeAll(first);
+});

@@ -186,7 +186,14 @@ export function flowStatements({ define, s, jobs, events, status }: StatementCon
                     - (SELECT count(*) FROM ${s}.claim_log c WHERE c.queue_name = $1 AND c.group_key = v.key
                          AND c.claimed_at > q.ts - ${ms('coalesce(g.rate_window_ms, q.group_rate_window_ms)')}) END
                 ))::int AS cap,
-                CASE WHEN g.throttled_until > q.ts THEN (extract(epoch FROM g.throttled_until - q.ts) * 1000)::float8 END AS throttled_ms
+                CASE WHEN g.throttled_until > q.ts THEN (extract(epoch FROM g.throttled_until - q.ts) * 1000)::float8 END AS throttled_ms,
+                -- When the group's rate budget is spent: how long until its oldest claim in the window
+                -- leaves it (the next claim's hint, so the limit is used, not the poll's pace).
+                CASE WHEN v.key IS NOT NULL AND coalesce(g.rate_limit, q.group_rate_limit) IS NOT NULL THEN (
+                  SELECT CASE WHEN count(*) >= coalesce(g.rate_limit, q.group_rate_limit)
+                              THEN (extract(epoch FROM min(c.claimed_at) + ${ms('coalesce(g.rate_window_ms, q.group_rate_window_ms)')} - q.ts) * 1000)::float8 END
+                  FROM ${s}.claim_log c WHERE c.queue_name = $1 AND c.group_key = v.key
+                    AND c.claimed_at > q.ts - ${ms('coalesce(g.rate_window_ms, q.group_rate_window_ms)')}) END AS rate_free_ms
          FROM visited v CROSS JOIN q
            LEFT JOIN ${s}.job_groups g ON g.queue_name = $1 AND g.group_key = v.key
        ), eligible AS (
@@ -233,7 +240,8 @@ export function flowStatements({ define, s, jobs, events, status }: StatementCon
                ORDER BY round DESC, pos DESC, rank DESC LIMIT 1) last, grouping
          WHERE qq.name = $1 AND grouping.on
        )
-       SELECT c.*, (SELECT least(qr.throttled_ms, CASE WHEN qr.n = 0 THEN qr.rate_free_ms END, (SELECT min(throttled_ms) FROM caps))
+       SELECT c.*, (SELECT least(qr.throttled_ms, CASE WHEN qr.n = 0 THEN qr.rate_free_ms END,
+                                 (SELECT min(least(throttled_ms, rate_free_ms)) FROM caps))
                     FROM queue_room qr) AS gate_wait_ms
        FROM (SELECT 1) one LEFT JOIN claimed c ON true`,
       (p: FlowClaimParams) => [
