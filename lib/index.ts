@@ -54,6 +54,7 @@ export {
   type DefineJobOptions,
   type StandardSchema,
   type SchemaOutput,
+  type SchemaInput,
   type Upcasters,
   InternalError,
   HandlerUsageError,

@@ -75,15 +75,16 @@ export class QueueService {
    * throws `InvalidJobError` (unknown queue, payload not JSON or too large, bad option) and nothing
    * is written. With `client`, the job is written in the caller's transaction: it exists, and
    * workers are woken, only if that transaction commits. With a job definition (`defineJob`) as
-   * `queue`, its schema validates the payload and its version is stored. With `orderingKey`, jobs of one key run
+   * `queue`, its schema validates the payload (typed by the schema's input: the handler gets its
+   * output) and its version is stored. With `orderingKey`, jobs of one key run
    * one at a time, in enqueue order (a dead job holds its key until it is replayed or discarded).
    */
-  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: QueueEnqueueOptions): Promise<string> {
-    return this.engine.enqueue<T>(queue, payload, options);
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: QueueEnqueueOptions): Promise<string> {
+    return this.engine.enqueue<T, I>(queue, payload, options);
   }
 
   /** Adds several jobs in one statement (all or none); ids are returned in input order. */
-  enqueueMany<T = unknown>(jobs: readonly JobToEnqueue<T>[], options?: EnqueueCallOptions): Promise<string[]> {
+  enqueueMany<T = unknown, I = T>(jobs: readonly JobToEnqueue<T, I>[], options?: EnqueueCallOptions): Promise<string[]> {
     return this.engine.enqueueMany(jobs, options);
   }
 

@@ -99,6 +99,7 @@ export {
   type StandardResult,
   type StandardIssue,
   type SchemaOutput,
+  type SchemaInput,
   type Upcasters,
 } from './job-definition.js';
 export { resolveHandlerOptions } from './worker.js';

@@ -263,7 +263,7 @@ export class PgQueue {
    * current one is dead (deploy one, then replay), and a version newer than the definition's (a
    * producer deployed first) is retried for a newer worker.
    */
-  work<T>(queue: string | JobDefinition<T>, handler: JobHandlerFn<T>, options?: Partial<HandlerOptions> & { upcast?: Upcasters }, hooks: WorkerHooks = {}): void {
+  work<T>(queue: string | JobDefinition<T, unknown>, handler: JobHandlerFn<T>, options?: Partial<HandlerOptions> & { upcast?: Upcasters }, hooks: WorkerHooks = {}): void {
     if (isJobDefinition(queue)) {
       const definition = queue;
       const { upcast, ...handlerOptions } = options ?? {};
@@ -544,9 +544,10 @@ export class PgQueue {
   /**
    * Adds one job and returns its id. `queue` is a queue's name, or a job definition (`defineJob`):
    * its schema validates the payload (the validator's output is stored; a refusal is
-   * `InvalidPayloadError` and nothing is written) and its version is stored with the job.
+   * `InvalidPayloadError` and nothing is written) and its version is stored with the job. The
+   * payload is typed by the schema's input (`I`); the handler's `Job<T>` gets its output.
    */
-  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
     const { client, ...jobOptions } = options ?? {};
     return this.call(() => this.producer.enqueueMany([{ queue, payload, options: jobOptions }], { client }).then(([id]) => id!), client);
   }
