@@ -113,7 +113,10 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
     enqueueMany: (payloads, optionsOf) =>
       queue.enqueueMany(payloads.map((payload) => ({ queue: QUEUE, payload, ...(optionsOf ? { options: optionsOf(payload) } : {}) }))),
 
-    /** `variant`: `{ handler: keyof HANDLERS, worker: extra HandlerOptions }` (default: a no-op, no options). */
+    /**
+     * `variant`: `{ handler: keyof HANDLERS, worker: extra HandlerOptions, defined, clusterListener }`
+     * (default: a no-op, no options).
+     */
     async startWorker({ concurrency, settings, handler, variant = {} }) {
       const work = HANDLERS[variant.handler ?? 'no-op'];
       if (!work) throw new Error(`unknown handler variant ${variant.handler}`);
@@ -122,6 +125,11 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
       const insertSide = (db, job) => db.query({ text: `INSERT INTO ${side} (job_id) VALUES ($1)`, values: [job.id] });
       const env = { pool: queue.pool, insertSide, engine };
       if (variant.defined && !defined) throw new Error('this build has no defineJob: the defined variants need one');
+      // The events variants: a cluster listener that does nothing (the stream's own cost).
+      if (variant.clusterListener) {
+        if (!queue.onClusterEvent) throw new Error('this build has no onClusterEvent: the events variants need one');
+        queue.onClusterEvent(() => {});
+      }
       queue.work(
         variant.defined ? defined : QUEUE,
         async (job, ctx) => {

@@ -56,7 +56,8 @@ if (args.help) {
                     process_defaults*, latency*, process_pf10, process_pf100, process_pf500, and the
                     engine-only variants at prefetch 100: process_strict, process_keyed, process_defined,
                     enqueue_single_defined,
-                    process_insert, process_complete_tx, process_effect, process_retry;
+                    process_insert, process_complete_tx, process_effect, process_retry; and
+                    process_tuned_events, process_pf100_events (events.crossProcess on);
                     "all" for every one
   --max-seconds S   cap of one processing run (default 60, 20 with --quick)
   --topology LIST   comma-separated ways for the engine to reach the server, each measured as a
@@ -118,7 +119,7 @@ function inTopology(system, name, alone) {
   if (name === 'direct' && alone) return { ...system, resolveOpen: async (options) => options };
   const resolveOpen = async (options) => {
     const url = topology.pooler ? (await bouncer(topology.pooler)).via(options.url) : options.url;
-    const engineOptions = { ...topology.engine, ...(topology.listenDirect ? { listenConnectionString: options.url } : {}) };
+    const engineOptions = { ...options.engineOptions, ...topology.engine, ...(topology.listenDirect ? { listenConnectionString: options.url } : {}) };
     return { ...options, url, engineOptions };
   };
   return {
@@ -154,6 +155,15 @@ function figure(name, unit, better, params, scenario) {
   if (!figures.has(name)) figures.set(name, { name, unit, better, params, scenario, values: {}, capped: {} });
   return figures.get(name);
 }
+
+/**
+ * The cross-process events variants: every job event of the worker published through NOTIFY
+ * (events.crossProcess: true, the most it sends), and a no-op cluster listener, so the process
+ * also decodes what comes back on its own LISTEN connection (its own echo, skipped), as a process
+ * of a fleet hears the others'.
+ */
+const EVENTS_VARIANT = { engineOptions: { events: { crossProcess: true } }, clusterListener: true };
+const EVENTS_DESCRIPTION = 'no-op, events.crossProcess: true (claimed and succeeded of every job published through NOTIFY) and a cluster listener';
 
 /**
  * The scenarios, in the order they run. `headline`: run when --only is not given (the figures of
@@ -225,9 +235,12 @@ const scenarios = [
     ['process_effect', 'effect', { handler: 'effect' }, "ctx.effect('call', async key => …): a started and a confirmed record"],
     ['process_retry', 'failOnce', { handler: 'fail-once', executionsPerJob: 2 }, 'throws RetryableJobError (retryAfterMs 0) on attempt 1, then succeeds'],
     ['process_defined', 'defined', { defined: true }, 'no-op, registered with a defineJob whose zod schema validates each payload before the handler'],
+    ['process_pf100_events', 'events', EVENTS_VARIANT, EVENTS_DESCRIPTION],
   ].map(([key, suffix, variant, handler]) =>
     processingScenario(key, `process.c${CONCURRENCY}.pf100.${suffix}`, { prefetch: 100 }, { ...variant, description: handler }),
   ),
+  // Engine only, against process.c10.tuned: the same with the cross-process events on.
+  processingScenario('process_tuned_events', `process.c${CONCURRENCY}.tuned.events`, 'tuned', { ...EVENTS_VARIANT, description: EVENTS_DESCRIPTION }),
   {
     key: 'latency',
     headline: true,
@@ -253,17 +266,20 @@ const scenarios = [
 
 /** A processing figure: `sizes.process` pre-inserted jobs, one worker of CONCURRENCY handlers with `settings`. */
 function processingScenario(key, name, settings, variant) {
-  const { description, ...shape } = variant ?? {};
+  const { description, engineOptions, ...shape } = variant ?? {};
   return {
     key,
     variant: Boolean(variant),
     settings,
+    // Options of the engine itself (the system's open()), where a variant needs them.
+    engineOptions,
     declare: () =>
       figure(name, 'jobs/s', 'higher', {
         jobs: sizes.process,
         concurrency: CONCURRENCY,
         settings,
         handler: description ?? 'no-op',
+        ...(engineOptions ? { engineOptions } : {}),
         preInserted: `bulk, batches of ${BATCH}`,
         maxSeconds: sizes.maxSeconds,
         ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, settings })),
@@ -314,7 +330,7 @@ try {
         if (interrupted) break;
         if (scenario.variant && !sys.variants) continue;
         const schema = `b_${scenario.key}_${r}_${sys.key.replace(/[^a-z0-9]/g, '_')}`;
-        const handle = await sys.open({ url: db.url, schema, diag: args.diag, settings: scenario.settings ?? 'defaults' });
+        const handle = await sys.open({ url: db.url, schema, diag: args.diag, settings: scenario.settings ?? 'defaults', engineOptions: scenario.engineOptions });
         let result;
         try {
           result = await scenario.run(handle, db.url, sys, { schema });

@@ -7,7 +7,7 @@ export { PgQueueExceptionFilter, pgQueueErrorStatus, type PgQueueErrorBody, type
 export type { PgQueueModuleExtras } from './pg-queue.module-definition.js';
 export { JobHandler } from './job-handler.decorator.js';
 export { Processor, type JobProcessor } from './processor.decorator.js';
-export { OnQueueEvent, type QueueEvent, type QueueEventType } from './on-queue-event.decorator.js';
+export { OnQueueEvent, type QueueEvent, type QueueEventType, type QueueEventSource, type ClusterQueueEvent } from './on-queue-event.decorator.js';
 export {
   QueueService,
   type QueueEnqueueOptions,
@@ -82,4 +82,6 @@ export {
   type LiveJobStatus,
   type FinishedJobStatus,
   type JobEvent,
+  type JobEventType,
+  type ClusterJobEvent,
 } from './engine/index.js';

@@ -1,8 +1,11 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import {
+  CLUSTER_EVENTS_OFF,
+  CLUSTER_EVENTS_OFF_FIX,
   InvalidOptionError,
   PgQueue,
+  type ClusterJobEvent,
   type DeadJobPage,
   type EngineStats,
   type EnqueueCallOptions,
@@ -15,7 +18,7 @@ import {
   type OperatorNote,
   type ReplayOutcome,
 } from './engine/index.js';
-import { jobEvents$ } from './nest/job-events.js';
+import { clusterEvents$, jobEvents$ } from './nest/job-events.js';
 import { PG_QUEUE_ENGINE } from './pg-queue.constants.js';
 import { PgQueueOrchestrator } from './nest/pg-queue.orchestrator.js';
 
@@ -62,6 +65,7 @@ export type StatsOptions = NonNullable<Parameters<PgQueue['stats']>[0]>;
 @Injectable()
 export class QueueService {
   private readonly jobEvents$: Observable<JobEvent>;
+  private clusterJobEvents$: Observable<ClusterJobEvent> | undefined;
 
   constructor(
     @Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue,
@@ -228,5 +232,20 @@ export class QueueService {
    */
   get events$(): Observable<JobEvent> {
     return this.jobEvents$;
+  }
+
+  /**
+   * The job events of every process on this database that publishes them (`events.crossProcess`
+   * on), this one's included, each with the `origin` process's `workerId`: this process's as they
+   * happen, the others' through NOTIFY. Best effort (see docs/module.md): lost while this
+   * process's listener is down or when their process dies before its next flush, dropped (and
+   * counted) when its buffer is full, in no order across processes. It completes when the module
+   * shuts down. Throws `InvalidOptionError` naming `events.crossProcess` while it is off.
+   */
+  get clusterEvents$(): Observable<ClusterJobEvent> {
+    if (this.engine.clusterEventTypes.length === 0) {
+      throw new InvalidOptionError('events.crossProcess', CLUSTER_EVENTS_OFF('QueueService.clusterEvents$'), CLUSTER_EVENTS_OFF_FIX());
+    }
+    return (this.clusterJobEvents$ ??= clusterEvents$(this.engine));
   }
 }

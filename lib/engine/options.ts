@@ -1,3 +1,4 @@
+import { CLUSTER_EVENTS_OPTIONS, type ClusterEventsConfig } from './cluster-events.js';
 import { COMPLETER_OPTIONS, type CompleterConfig } from './completer.js';
 import { boolean, integer, nested, oneOf, opaque, section, string, TIMER_MAX_MS, timerMs } from './config.js';
 import { DEFAULT_SCHEMA } from './identifiers.js';
@@ -61,6 +62,12 @@ export interface PgQueueOptions {
   /** The pass that hands ordering keys on when a producer held the key's row at completion. */
   keyHandoffs?: Partial<KeyHandoffsConfig>;
   /**
+   * Job events across processes (`PgQueue.onClusterEvent`, `QueueService.clusterEvents$`,
+   * `@OnQueueEvent(type, { from: 'cluster' })`), best effort, through NOTIFY: off by default.
+   * `{ crossProcess: true }` publishes this process's events and hears the others'.
+   */
+  events?: Partial<ClusterEventsConfig>;
+  /**
    * Bound of every statement the engine runs, and of every connection its pool opens (default
    * 10 s): client-side on every statement (a connection that died silently fails it instead of
    * hanging until the kernel gives up), and as `SET LOCAL statement_timeout` inside the engine's
@@ -100,7 +107,7 @@ export const MAX_FREE_RELEASES_DEFAULT = 3;
 export const STARTUP_RETRY_DEFAULT_MS = 30_000;
 
 /** What the engine's constructor works with: every option with a default has its value. */
-export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'handlerDefaults'> &
+export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'events' | 'handlerDefaults'> &
   Required<Pick<PgQueueOptions, 'poolSize' | 'preparedStatements' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs' | 'startupRetryMs'>> & {
     reaper: ReaperConfig;
     scheduler: SchedulerConfig;
@@ -108,6 +115,7 @@ export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' 
     notifier: NotifierConfig;
     completer: CompleterConfig;
     keyHandoffs: KeyHandoffsConfig;
+    events: ClusterEventsConfig;
     handlerDefaults: HandlerOptions;
   };
 
@@ -135,6 +143,7 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     notifier: nested(NOTIFIER_OPTIONS),
     completer: nested(COMPLETER_OPTIONS),
     keyHandoffs: nested(KEY_HANDOFFS_OPTIONS),
+    events: nested(CLUSTER_EVENTS_OPTIONS),
     // The client-side timeout adds CLIENT_TIMEOUT_SLACK_MS, and a timer waits at most TIMER_MAX_MS.
     statementTimeoutMs: integer(100, TIMER_MAX_MS - CLIENT_TIMEOUT_SLACK_MS),
     failureLogIntervalMs: timerMs(0),
