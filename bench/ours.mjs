@@ -192,6 +192,10 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
         claimQueries: claims.length,
         emptyClaims: claims.length - nonEmpty.length,
         meanClaimBatch: nonEmpty.length ? nonEmpty.reduce((a, b) => a + b, 0) / nonEmpty.length : 0,
+        // The events variants: what reached the other processes, and what the buffer dropped (by now: before the final flush).
+        ...(queue.clusterEventTypes?.length
+          ? { clusterEvents: { published: queue.metrics.count('cluster_events_published'), dropped: queue.metrics.count('cluster_events_dropped') } }
+          : {}),
         ...(probe ? probe.report() : {}),
       };
     },
