@@ -93,6 +93,10 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
   const pool = diag ? new pg.Pool({ connectionString: url, max: POOL_SIZE, application_name: 'nestjs-pg-queue' }) : undefined;
   const probe = pool ? instrumentPool(pool) : undefined;
   const queue = new PgQueue({ ...(pool ? { pool } : { connectionString: url }), schema, logger, ...engineOptions });
+  // With events.crossProcess on (the events variants, --topology direct-events) the process
+  // listens too, as one of a fleet would: it decodes what comes back on its LISTEN connection (its
+  // own NOTIFYs, skipped after decoding) and hears its own events directly.
+  if (engineOptions.events?.crossProcess) queue.onClusterEvent(() => {});
   await queue.migrate();
   await queue.declareQueues([QUEUE]);
   const claims = [];
@@ -113,10 +117,7 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
     enqueueMany: (payloads, optionsOf) =>
       queue.enqueueMany(payloads.map((payload) => ({ queue: QUEUE, payload, ...(optionsOf ? { options: optionsOf(payload) } : {}) }))),
 
-    /**
-     * `variant`: `{ handler: keyof HANDLERS, worker: extra HandlerOptions, defined, clusterListener }`
-     * (default: a no-op, no options).
-     */
+    /** `variant`: `{ handler: keyof HANDLERS, worker: extra HandlerOptions }` (default: a no-op, no options). */
     async startWorker({ concurrency, settings, handler, variant = {} }) {
       const work = HANDLERS[variant.handler ?? 'no-op'];
       if (!work) throw new Error(`unknown handler variant ${variant.handler}`);
@@ -125,11 +126,6 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
       const insertSide = (db, job) => db.query({ text: `INSERT INTO ${side} (job_id) VALUES ($1)`, values: [job.id] });
       const env = { pool: queue.pool, insertSide, engine };
       if (variant.defined && !defined) throw new Error('this build has no defineJob: the defined variants need one');
-      // The events variants: a cluster listener that does nothing (the stream's own cost).
-      if (variant.clusterListener) {
-        if (!queue.onClusterEvent) throw new Error('this build has no onClusterEvent: the events variants need one');
-        queue.onClusterEvent(() => {});
-      }
       queue.work(
         variant.defined ? defined : QUEUE,
         async (job, ctx) => {

@@ -24,6 +24,9 @@ const TOPOLOGIES = {
   direct: { engine: {} },
   // Direct, every statement unnamed: the cost of preparedStatements: false without a pooler's hop.
   'direct-unnamed': { engine: { preparedStatements: false } },
+  // Direct, events.crossProcess on: what the cross-process events cost, interleaved with direct
+  // (the same as the *_events scenario variants, which run after their plain scenario instead).
+  'direct-events': { engine: { events: { crossProcess: true } } },
   'pgbouncer-session': { pooler: 'session', engine: {} },
   'pgbouncer-transaction': { pooler: 'transaction', engine: { preparedStatements: false }, listenDirect: true },
 };
@@ -62,7 +65,8 @@ if (args.help) {
   --max-seconds S   cap of one processing run (default 60, 20 with --quick)
   --topology LIST   comma-separated ways for the engine to reach the server, each measured as a
                     system of its own, interleaved: direct (default), direct-unnamed
-                    (preparedStatements: false), pgbouncer-session, pgbouncer-transaction
+                    (preparedStatements: false), direct-events (events.crossProcess: true),
+                    pgbouncer-session, pgbouncer-transaction
                     (preparedStatements: false, LISTEN direct). The pgbouncer ones start a
                     PgBouncer of their own in front of DATABASE_URL's server (Debian: pgbouncer).
 `);
@@ -162,7 +166,7 @@ function figure(name, unit, better, params, scenario) {
  * also decodes what comes back on its own LISTEN connection (its own echo, skipped), as a process
  * of a fleet hears the others'.
  */
-const EVENTS_VARIANT = { engineOptions: { events: { crossProcess: true } }, clusterListener: true };
+const EVENTS_VARIANT = { engineOptions: { events: { crossProcess: true } } };
 const EVENTS_DESCRIPTION = 'no-op, events.crossProcess: true (claimed and succeeded of every job published through NOTIFY) and a cluster listener';
 
 /**
