@@ -104,8 +104,9 @@ export function encodeEvents(origin: string, events: readonly JobEvent[], nextSe
   let parts: string[] = [];
   let head = '';
   let bytes = 0;
+  const start = `${EVENTS_TOPIC}:${payloadHead(origin)}`;
   const open = () => {
-    head = `${EVENTS_TOPIC}:{"v":${ENCODING_VERSION},"o":${JSON.stringify(origin)},"s":${nextSeq()},"e":[`;
+    head = `${start}"s":${nextSeq()},"e":[`;
     bytes = Buffer.byteLength(head) + 2; // and the closing "]}"
     parts = [];
   };
@@ -124,6 +125,11 @@ export function encodeEvents(origin: string, events: readonly JobEvent[], nextSe
   }
   if (parts.length > 0) close();
   return payloads;
+}
+
+/** How every payload of `origin` begins (after the topic): its version and origin, before its sequence number. */
+function payloadHead(origin: string): string {
+  return `{"v":${ENCODING_VERSION},"o":${JSON.stringify(origin)},`;
 }
 
 function encodeEvent(event: JobEvent): unknown[] {
@@ -200,6 +206,8 @@ export class ClusterEvents {
   private running = false;
   private seq = 0;
   private readonly unsubscribe: (() => void)[] = [];
+  /** How this process's own payloads begin: one comes back to its own listener, skipped without parsing it. */
+  private readonly ownPrefix: string;
   private readonly dropped: Readonly<Record<ClusterEventDropReason, CounterSeries>> | undefined;
   private readonly published: CounterSeries | undefined;
   /** @internal Off (undefined) unless a test turned it on: see test-signals.ts. */
@@ -213,6 +221,7 @@ export class ClusterEvents {
     const { crossProcess } = config;
     this.types = new Set(crossProcess === true ? JOB_EVENT_TYPES : crossProcess === false ? [] : crossProcess);
     this.listeners = new EventListeners(deps.reportListenerError);
+    this.ownPrefix = payloadHead(deps.origin);
     if (this.enabled) {
       // Their label sets are closed: present at 0 from the start, so increase() sees the first drop.
       this.published = deps.metrics.counterSeries('cluster_events_published', {});
@@ -312,7 +321,7 @@ export class ClusterEvents {
 
   /** Another process's events (or this one's own, heard back: skipped, its listeners had them directly). */
   private received(argument: string): void {
-    if (this.listeners.size === 0) return;
+    if (this.listeners.size === 0 || argument.startsWith(this.ownPrefix)) return;
     const decoded = decodeEvents(argument);
     if (!decoded || decoded.origin === this.deps.origin) return;
     for (const event of decoded.events) {
