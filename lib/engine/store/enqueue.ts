@@ -43,12 +43,16 @@ export function enqueueStatements({ define, s, jobs, status }: StatementContext)
 
     /**
      * Several NOTIFYs in one autocommit statement, sent in the array's order (a function scan feeds
-     * the aggregate row by row) and delivered when it commits, at once: the
-     * cross-process job events of one flush (cluster-events.ts). $1 the channel, $2 the payloads.
+     * the aggregate row by row) and delivered when it commits, at once: the cross-process job
+     * events of one flush (cluster-events.ts). A notifying commit takes an XID and holds the
+     * database's notify lock through its WAL flush; these events are best effort, so the commit
+     * does not wait for the flush (`synchronous_commit` off for this transaction only: what
+     * `set_config(…, true)` sets ends with it, through a transaction pooler too).
+     * $1 the channel, $2 the payloads.
      */
     notifyMany: define(
       'notify-many',
-      `SELECT count(pg_notify($1, p.payload)) AS n FROM unnest($2::text[]) AS p(payload)`,
+      `SELECT set_config('synchronous_commit', 'off', true) AS sync, count(pg_notify($1, p.payload)) AS n FROM unnest($2::text[]) AS p(payload)`,
       (p: { channel: string; payloads: string[] }) => [p.channel, p.payloads],
       () => undefined,
     ),
