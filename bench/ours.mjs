@@ -94,6 +94,10 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
   const pool = diag ? new pg.Pool({ connectionString: url, max: POOL_SIZE, application_name: 'nestjs-pg-queue' }) : undefined;
   const probe = pool ? instrumentPool(pool) : undefined;
   const queue = new PgQueue({ ...(pool ? { pool } : { connectionString: url }), schema, logger, ...engineOptions });
+  // With events.crossProcess on (the events variants, --topology direct-events) the process
+  // listens too, as one of a fleet would: it decodes what comes back on its LISTEN connection (its
+  // own NOTIFYs, skipped after decoding) and hears its own events directly.
+  if (engineOptions.events?.crossProcess) queue.onClusterEvent(() => {});
   await queue.migrate();
   await queue.declareQueues([QUEUE]);
   const claims = [];
@@ -197,6 +201,10 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
         claimQueries: claims.length,
         emptyClaims: claims.length - nonEmpty.length,
         meanClaimBatch: nonEmpty.length ? nonEmpty.reduce((a, b) => a + b, 0) / nonEmpty.length : 0,
+        // The events variants: what reached the other processes, and what the buffer dropped (by now: before the final flush).
+        ...(queue.clusterEventTypes?.length
+          ? { clusterEvents: { published: queue.metrics.count('cluster_events_published'), dropped: queue.metrics.count('cluster_events_dropped') } }
+          : {}),
         ...(probe ? probe.report() : {}),
       };
     },

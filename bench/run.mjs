@@ -24,6 +24,9 @@ const TOPOLOGIES = {
   direct: { engine: {} },
   // Direct, every statement unnamed: the cost of preparedStatements: false without a pooler's hop.
   'direct-unnamed': { engine: { preparedStatements: false } },
+  // Direct, events.crossProcess on: what the cross-process events cost, interleaved with direct
+  // (the same as the *_events scenario variants, which run after their plain scenario instead).
+  'direct-events': { engine: { events: { crossProcess: true } } },
   'pgbouncer-session': { pooler: 'session', engine: {} },
   'pgbouncer-transaction': { pooler: 'transaction', engine: { preparedStatements: false }, listenDirect: true },
 };
@@ -57,12 +60,14 @@ if (args.help) {
                     engine-only variants at prefetch 100: process_strict, process_keyed, process_defined,
                     process_flow, process_fair100, process_group{1,100,10000}_limit1, process_group2_rate100, process_flow_children,
                     enqueue_single_defined,
-                    process_insert, process_complete_tx, process_effect, process_retry;
+                    process_insert, process_complete_tx, process_effect, process_retry; and
+                    process_tuned_events, process_pf100_events (events.crossProcess on);
                     "all" for every one
   --max-seconds S   cap of one processing run (default 60, 20 with --quick)
   --topology LIST   comma-separated ways for the engine to reach the server, each measured as a
                     system of its own, interleaved: direct (default), direct-unnamed
-                    (preparedStatements: false), pgbouncer-session, pgbouncer-transaction
+                    (preparedStatements: false), direct-events (events.crossProcess: true),
+                    pgbouncer-session, pgbouncer-transaction
                     (preparedStatements: false, LISTEN direct). The pgbouncer ones start a
                     PgBouncer of their own in front of DATABASE_URL's server (Debian: pgbouncer).
 `);
@@ -119,7 +124,7 @@ function inTopology(system, name, alone) {
   if (name === 'direct' && alone) return { ...system, resolveOpen: async (options) => options };
   const resolveOpen = async (options) => {
     const url = topology.pooler ? (await bouncer(topology.pooler)).via(options.url) : options.url;
-    const engineOptions = { ...topology.engine, ...(topology.listenDirect ? { listenConnectionString: options.url } : {}) };
+    const engineOptions = { ...options.engineOptions, ...topology.engine, ...(topology.listenDirect ? { listenConnectionString: options.url } : {}) };
     return { ...options, url, engineOptions };
   };
   return {
@@ -155,6 +160,15 @@ function figure(name, unit, better, params, scenario) {
   if (!figures.has(name)) figures.set(name, { name, unit, better, params, scenario, values: {}, capped: {} });
   return figures.get(name);
 }
+
+/**
+ * The cross-process events variants: every job event of the worker published through NOTIFY
+ * (events.crossProcess: true, the most it sends), and a no-op cluster listener, so the process
+ * also decodes what comes back on its own LISTEN connection (its own echo, skipped), as a process
+ * of a fleet hears the others'.
+ */
+const EVENTS_VARIANT = { engineOptions: { events: { crossProcess: true } } };
+const EVENTS_DESCRIPTION = 'no-op, events.crossProcess: true (claimed and succeeded of every job published through NOTIFY) and a cluster listener';
 
 /**
  * The scenarios, in the order they run. `headline`: run when --only is not given (the figures of
@@ -240,9 +254,12 @@ const scenarios = [
       { groups, worker: { limits: { groupConcurrency: 1 } } },
       `no-op, jobs round-robin over ${groups} groups, groupConcurrency 1`,
     ]),
+    ['process_pf100_events', 'events', EVENTS_VARIANT, EVENTS_DESCRIPTION],
   ].map(([key, suffix, variant, handler]) =>
     processingScenario(key, `process.c${CONCURRENCY}.pf100.${suffix}`, { prefetch: 100 }, { ...variant, description: handler }),
   ),
+  // Engine only, against process.c10.tuned: the same with the cross-process events on.
+  processingScenario('process_tuned_events', `process.c${CONCURRENCY}.tuned.events`, 'tuned', { ...EVENTS_VARIANT, description: EVENTS_DESCRIPTION }),
   {
     key: 'latency',
     headline: true,
@@ -268,17 +285,20 @@ const scenarios = [
 
 /** A processing figure: `sizes.process` pre-inserted jobs, one worker of CONCURRENCY handlers with `settings`. */
 function processingScenario(key, name, settings, variant) {
-  const { description, ...shape } = variant ?? {};
+  const { description, engineOptions, ...shape } = variant ?? {};
   return {
     key,
     variant: Boolean(variant),
     settings,
+    // Options of the engine itself (the system's open()), where a variant needs them.
+    engineOptions,
     declare: () =>
       figure(name, 'jobs/s', 'higher', {
         jobs: sizes.process,
         concurrency: CONCURRENCY,
         settings,
         handler: description ?? 'no-op',
+        ...(engineOptions ? { engineOptions } : {}),
         preInserted: `bulk, batches of ${BATCH}`,
         maxSeconds: sizes.maxSeconds,
         ...perSystem((s) => s.workerParams({ concurrency: CONCURRENCY, settings })),
@@ -329,7 +349,7 @@ try {
         if (interrupted) break;
         if (scenario.variant && !sys.variants) continue;
         const schema = `b_${scenario.key}_${r}_${sys.key.replace(/[^a-z0-9]/g, '_')}`;
-        const handle = await sys.open({ url: db.url, schema, diag: args.diag, settings: scenario.settings ?? 'defaults' });
+        const handle = await sys.open({ url: db.url, schema, diag: args.diag, settings: scenario.settings ?? 'defaults', engineOptions: scenario.engineOptions });
         let result;
         try {
           result = await scenario.run(handle, db.url, sys, { schema });

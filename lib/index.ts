@@ -7,7 +7,7 @@ export { PgQueueExceptionFilter, pgQueueErrorStatus, type PgQueueErrorBody, type
 export type { PgQueueModuleExtras } from './pg-queue.module-definition.js';
 export { JobHandler } from './job-handler.decorator.js';
 export { Processor, type JobProcessor } from './processor.decorator.js';
-export { OnQueueEvent, type QueueEvent, type QueueEventType } from './on-queue-event.decorator.js';
+export { OnQueueEvent, type QueueEvent, type QueueEventType, type QueueEventSource, type ClusterQueueEvent } from './on-queue-event.decorator.js';
 export {
   QueueService,
   type QueueEnqueueOptions,
@@ -70,6 +70,7 @@ export {
   type DefineJobOptions,
   type StandardSchema,
   type SchemaOutput,
+  type SchemaInput,
   type Upcasters,
   InternalError,
   HandlerUsageError,
@@ -104,4 +105,6 @@ export {
   type LiveJobStatus,
   type FinishedJobStatus,
   type JobEvent,
+  type JobEventType,
+  type ClusterJobEvent,
 } from './engine/index.js';

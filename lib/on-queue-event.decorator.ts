@@ -1,14 +1,21 @@
 import { SetMetadata } from '@nestjs/common';
-import type { JobEvent } from './engine/index.js';
+import type { ClusterJobEvent, JobEvent } from './engine/index.js';
 import { QUEUE_EVENT_METADATA } from './pg-queue.constants.js';
 
 /** The event types of `QueueService.events$`, and `'*'` for all of them. */
 export type QueueEventType = JobEvent['type'] | '*';
 
+/**
+ * Whose events a listener hears: `'process'` (default), this process's jobs only (`events$`);
+ * `'cluster'`, every publishing process's (`clusterEvents$`: `events.crossProcess` must be on).
+ */
+export type QueueEventSource = 'process' | 'cluster';
+
 export interface QueueEventMetadata {
   readonly type: QueueEventType;
   /** Only this queue's events (default: every queue's). */
   readonly queue: string | undefined;
+  readonly from: QueueEventSource;
 }
 
 /**
@@ -24,15 +31,22 @@ export interface QueueEventMetadata {
  * ```
  *
  * A listener runs after the transition, never inside it: what it throws (or rejects with) is
- * logged and changes nothing. Events are this process's only (not other processes' jobs) and
- * carry no payload.
+ * logged and changes nothing. Events carry no payload.
+ *
+ * With `from: 'cluster'` it hears the events of every process that publishes them (those with
+ * `events.crossProcess` on), this one's included, each with its `origin` (`ClusterQueueEvent`):
+ * best effort, through NOTIFY (see docs/module.md). While `events.crossProcess` is off (the
+ * default), or does not list `type`, such a listener fails the start with `InvalidOptionError`.
  *
  * @publicApi
  */
-export function OnQueueEvent(type: QueueEventType, options: { queue?: string } = {}): MethodDecorator {
-  const metadata: QueueEventMetadata = { type, queue: options.queue };
+export function OnQueueEvent(type: QueueEventType, options: { queue?: string; from?: QueueEventSource } = {}): MethodDecorator {
+  const metadata: QueueEventMetadata = { type, queue: options.queue, from: options.from ?? 'process' };
   return SetMetadata(QUEUE_EVENT_METADATA, metadata);
 }
 
 /** The event a listener of `type` receives. */
 export type QueueEvent<K extends QueueEventType = '*'> = K extends '*' ? JobEvent : Extract<JobEvent, { type: K }>;
+
+/** The event a `from: 'cluster'` listener of `type` receives: with the `origin` process's `workerId`. */
+export type ClusterQueueEvent<K extends QueueEventType = '*'> = K extends '*' ? ClusterJobEvent : Extract<ClusterJobEvent, { type: K }>;

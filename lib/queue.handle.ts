@@ -29,9 +29,12 @@ export type QueueJobToEnqueue<T> = { payload: T; options?: EnqueueOptions };
  * await this.emails.enqueue({ to: 'ada@example.com' }, { delayMs: 60_000 });
  * ```
  *
+ * `T` is the payload as stored and read back (`get`); `I` what `enqueue` takes, the same unless
+ * the handle's definition has a schema that transforms: `Queue<z.output<S>, z.input<S>>`.
+ *
  * @publicApi
  */
-export class Queue<T = unknown> {
+export class Queue<T = unknown, I = T> {
   constructor(
     /** The queue's name. */
     readonly name: string,
@@ -39,20 +42,20 @@ export class Queue<T = unknown> {
     /** Enqueue options every job of this handle gets unless a call says otherwise. */
     readonly defaults: Readonly<EnqueueOptions> = {},
     /** The job definition of the queue's jobs, if it was registered with one. */
-    readonly definition?: JobDefinition<T>,
+    readonly definition?: JobDefinition<T, I>,
   ) {}
 
-  private get target(): string | JobDefinition<T> {
+  private get target(): string | JobDefinition<T, I> {
     return this.definition ?? this.name;
   }
 
   /** Adds one job (see `QueueService.enqueue`): the handle's defaults, then `options`. */
-  enqueue(payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
-    return this.engine.enqueue<T>(this.target, payload, { ...this.defaults, ...options });
+  enqueue(payload: I, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+    return this.engine.enqueue<T, I>(this.target, payload, { ...this.defaults, ...options });
   }
 
   /** Adds several jobs in one statement, all or none; ids in input order. */
-  enqueueMany(jobs: readonly QueueJobToEnqueue<T>[], options?: EnqueueCallOptions): Promise<string[]> {
+  enqueueMany(jobs: readonly QueueJobToEnqueue<I>[], options?: EnqueueCallOptions): Promise<string[]> {
     return this.engine.enqueueMany(
       jobs.map((job) => ({ queue: this.target, payload: job.payload, options: { ...this.defaults, ...job.options } })),
       options,

@@ -1,8 +1,11 @@
 import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import {
+  CLUSTER_EVENTS_OFF,
+  CLUSTER_EVENTS_OFF_FIX,
   InvalidOptionError,
   PgQueue,
+  type ClusterJobEvent,
   type DeadJobPage,
   type EngineStats,
   type EnqueueCallOptions,
@@ -28,7 +31,7 @@ import {
   type JobEffectRecord,
   type ReplayOutcome,
 } from './engine/index.js';
-import { jobEvents$ } from './nest/job-events.js';
+import { clusterEvents$, jobEvents$ } from './nest/job-events.js';
 import { PG_QUEUE_ENGINE } from './pg-queue.constants.js';
 import { PgQueueOrchestrator } from './nest/pg-queue.orchestrator.js';
 
@@ -81,6 +84,7 @@ export type StatsOptions = NonNullable<Parameters<PgQueue['stats']>[0]>;
 @Injectable()
 export class QueueService {
   private readonly jobEvents$: Observable<JobEvent>;
+  private clusterJobEvents$: Observable<ClusterJobEvent> | undefined;
 
   constructor(
     @Inject(PG_QUEUE_ENGINE) private readonly engine: PgQueue,
@@ -94,15 +98,16 @@ export class QueueService {
    * throws `InvalidJobError` (unknown queue, payload not JSON or too large, bad option) and nothing
    * is written. With `client`, the job is written in the caller's transaction: it exists, and
    * workers are woken, only if that transaction commits. With a job definition (`defineJob`) as
-   * `queue`, its schema validates the payload and its version is stored. With `orderingKey`, jobs of one key run
+   * `queue`, its schema validates the payload (typed by the schema's input: the handler gets its
+   * output) and its version is stored. With `orderingKey`, jobs of one key run
    * one at a time, in enqueue order (a dead job holds its key until it is replayed or discarded).
    */
-  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: QueueEnqueueOptions): Promise<string> {
-    return this.engine.enqueue<T>(queue, payload, options);
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: QueueEnqueueOptions): Promise<string> {
+    return this.engine.enqueue<T, I>(queue, payload, options);
   }
 
   /** Adds several jobs in one statement (all or none); ids are returned in input order. */
-  enqueueMany<T = unknown>(jobs: readonly JobToEnqueue<T>[], options?: EnqueueCallOptions): Promise<string[]> {
+  enqueueMany<T = unknown, I = T>(jobs: readonly JobToEnqueue<T, I>[], options?: EnqueueCallOptions): Promise<string[]> {
     return this.engine.enqueueMany(jobs, options);
   }
 
@@ -324,5 +329,20 @@ export class QueueService {
    */
   get events$(): Observable<JobEvent> {
     return this.jobEvents$;
+  }
+
+  /**
+   * The job events of every process on this database that publishes them (`events.crossProcess`
+   * on), this one's included, each with the `origin` process's `workerId`: this process's as they
+   * happen, the others' through NOTIFY. Best effort (see docs/module.md): lost while this
+   * process's listener is down or when their process dies before its next flush, dropped (and
+   * counted) when its buffer is full, in no order across processes. It completes when the module
+   * shuts down. Throws `InvalidOptionError` naming `events.crossProcess` while it is off.
+   */
+  get clusterEvents$(): Observable<ClusterJobEvent> {
+    if (this.engine.clusterEventTypes.length === 0) {
+      throw new InvalidOptionError('events.crossProcess', CLUSTER_EVENTS_OFF('QueueService.clusterEvents$'), CLUSTER_EVENTS_OFF_FIX());
+    }
+    return (this.clusterJobEvents$ ??= clusterEvents$(this.engine));
   }
 }

@@ -306,6 +306,9 @@ async function openTelemetryNames(): Promise<string[]> {
     const metrics = new EngineMetrics();
     metrics.handles('docs');
     for (const counter of ['jobs_retried', 'jobs_dead'] as const) metrics.increment(counter, { queue: 'docs', code: 'X', attempt: 1 });
+    // Only with events.crossProcess on (ClusterEvents creates them at 0 then).
+    metrics.increment('cluster_events_published', {}, 0);
+    metrics.increment('cluster_events_dropped', { reason: 'buffer_full' }, 0);
     for (const histogram of Object.keys(HISTOGRAM_BUCKETS) as HistogramName[]) metrics.observe(histogram, 0.01, { queue: 'docs' });
     const { resourceMetrics } = await reader.collect();
     return resourceMetrics.scopeMetrics.filter((s) => s.scope.name === 'nestjs-pg-queue').flatMap((s) => s.metrics.map((m) => m.descriptor.name));

@@ -19,6 +19,8 @@ export type Field =
   | { readonly kind: 'boolean' }
   | { readonly kind: 'string'; readonly pattern?: RegExp; readonly hint?: string }
   | { readonly kind: 'oneOf'; readonly values: readonly string[] }
+  /** `true`, `false`, or a non-empty list of some of `values` (a switch that may name what it covers). */
+  | { readonly kind: 'flagOrList'; readonly values: readonly string[] }
   | { readonly kind: 'section'; readonly section: Section<object>; readonly allowFalse?: boolean }
   /** Checked by its owner (a pool, a logger, a list): only its presence and type are known here. */
   | { readonly kind: 'opaque'; readonly type: 'object' | 'function' | 'array' };
@@ -54,6 +56,7 @@ export const number = (min: number, max: number): Field => ({ kind: 'number', mi
 export const boolean = (): Field => ({ kind: 'boolean' });
 export const string = (pattern?: RegExp, hint?: string): Field => ({ kind: 'string', pattern, hint });
 export const oneOf = (values: readonly string[]): Field => ({ kind: 'oneOf', values });
+export const flagOrList = (values: readonly string[]): Field => ({ kind: 'flagOrList', values });
 export const nested = <T extends object>(inner: Section<T>, allowFalse = false): Field => ({ kind: 'section', section: inner as Section<object>, allowFalse });
 export const opaque = (type: 'object' | 'function' | 'array'): Field => ({ kind: 'opaque', type });
 
@@ -130,6 +133,13 @@ function checkField(option: string, field: Field, value: unknown): void {
     case 'oneOf':
       requireOneOf(option, value, field.values);
       return;
+    case 'flagOrList': {
+      if (typeof value === 'boolean') return;
+      const some = `true, false, or a list of some of ${field.values.map((v) => `"${v}"`).join(', ')}`;
+      if (!Array.isArray(value) || value.length === 0) throw new InvalidOptionError(option, `${Array.isArray(value) ? 'an empty list' : describe(value)} is not ${some}`, `Set "${option}" to one of those (false for none).`);
+      value.forEach((item, index) => requireOneOf(`${option}[${index}]`, item, field.values));
+      return;
+    }
     case 'opaque': {
       const ok = field.type === 'array' ? Array.isArray(value) : field.type === 'function' ? typeof value === 'function' : typeof value === 'object' && value !== null;
       if (!ok) throw new InvalidOptionError(option, `${describe(value)} is not ${field.type === 'array' ? 'an array' : `a${field.type === 'object' ? 'n object' : ' function'}`}`, `Check "${option}".`);

@@ -58,6 +58,7 @@ export {
   LEASE_OPERATIONS,
   type JobEvent,
   type JobEventListener,
+  type JobEventType,
   type CounterName,
   type HistogramName,
   type DeprecatedHistogramName,
@@ -65,6 +66,15 @@ export {
   type Labels,
   type LeaseOperation,
 } from './metrics.js';
+export {
+  CLUSTER_EVENTS_DEFAULTS,
+  CLUSTER_EVENT_DROP_REASONS,
+  JOB_EVENT_TYPES,
+  type ClusterEventsConfig,
+  type ClusterEventDropReason,
+  type ClusterJobEvent,
+  type ClusterJobEventListener,
+} from './cluster-events.js';
 export { PRUNER_DEFAULTS, type PrunerConfig } from './maintenance/pruner.js';
 export { HANDLER_DEFAULTS, type WorkerHooks } from './worker.js';
 export { REAPER_DEFAULTS, type ReaperConfig, type ReapResult } from './maintenance/reaper.js';
@@ -104,6 +114,7 @@ export { LogThrottle } from './log-throttle.js';
 export { boolean, nested, opaque, resolveSection, section, timerMs, type Section, type Warn } from './config.js';
 export { ENGINE_OPTIONS } from './options.js';
 export { isQueueName } from './identifiers.js';
+export { CLUSTER_EVENTS_OFF, CLUSTER_EVENTS_OFF_FIX, CLUSTER_EVENT_NOT_PUBLISHED, CLUSTER_EVENT_NOT_PUBLISHED_FIX } from './messages.js';
 export {
   defineJob,
   isJobDefinition,
@@ -116,6 +127,7 @@ export {
   type StandardResult,
   type StandardIssue,
   type SchemaOutput,
+  type SchemaInput,
   type Upcasters,
 } from './job-definition.js';
 export { resolveHandlerOptions } from './worker.js';

@@ -23,20 +23,31 @@ export interface StandardIssue {
   readonly path?: readonly (PropertyKey | { readonly key: PropertyKey })[] | undefined;
 }
 
-/** What a schema's validation outputs (the payload type of its definition). */
+/** What a schema's validation outputs: the payload a handler gets (`Job<T>`), and what is stored. */
 export type SchemaOutput<S> = S extends StandardSchema<unknown, infer Output> ? Output : never;
 
 /**
- * A job's definition, shared by producer and handler: its queue, the payload's type, optionally a
- * validator, and the version of the payload's shape (stored with every job enqueued through it).
+ * What a schema accepts: the payload a producer gives `enqueue` (Standard Schema's `InferInput`).
+ * It differs from the output where the schema transforms (`z.string().transform(…)`) or fills
+ * defaults (`z.number().default(3)`: optional in, present out).
  */
-export interface JobDefinition<T = unknown> {
+export type SchemaInput<S> = S extends StandardSchema<infer Input, unknown> ? Input : never;
+
+/**
+ * A job's definition, shared by producer and handler: its queue, the payload's types, optionally a
+ * validator, and the version of the payload's shape (stored with every job enqueued through it).
+ * `T` is the payload the handler gets (the schema's output, what is stored), `I` what `enqueue`
+ * takes (the schema's input); without a schema they are one type.
+ */
+export interface JobDefinition<T = unknown, I = T> {
   readonly queue: string;
-  readonly schema: StandardSchema<unknown, T> | undefined;
+  readonly schema: StandardSchema<I, T> | undefined;
   /** The payload shape's version, from 1. */
   readonly version: number;
-  /** Types only: the payload type (never set). */
+  /** Types only: the payload type handlers get (never set). */
   readonly payloadType?: T;
+  /** Types only: the payload type producers give (never set). */
+  readonly inputType?: I;
 }
 
 /** Options of `defineJob`. */
@@ -55,12 +66,14 @@ export interface DefineJobOptions<S> {
  * await queue.enqueue(WelcomeEmail, { to: 'ada@example.com' }); // validated, typed
  * ```
  *
- * With a schema, enqueue validates the payload and stores the validator's output (a refusal is
+ * With a schema, `enqueue` takes the schema's input type and the handler's `Job<T>` has its output
+ * type (they differ where it transforms or fills defaults). Enqueue validates the payload and
+ * stores the validator's output (a refusal is
  * `InvalidJobError` `INVALID_PAYLOAD`, nothing written); the handler's side validates again before
  * the handler runs, after upcasting an older version (a mismatch makes the job dead with
  * `INVALID_PAYLOAD`).
  */
-export function defineJob<S extends StandardSchema>(queue: string, options: DefineJobOptions<S> & { schema: S }): JobDefinition<SchemaOutput<S>>;
+export function defineJob<S extends StandardSchema>(queue: string, options: DefineJobOptions<S> & { schema: S }): JobDefinition<SchemaOutput<S>, SchemaInput<S>>;
 export function defineJob<T>(queue: string, options?: DefineJobOptions<never>): JobDefinition<T>;
 export function defineJob(queue: string, options: DefineJobOptions<StandardSchema> = {}): JobDefinition {
   if (!isQueueName(queue)) throw new InvalidOptionError('defineJob queue', QUEUE_NAME_INVALID(queue), QUEUE_NAME_FIX());
@@ -93,7 +106,7 @@ function describeIssues(issues: readonly StandardIssue[]): string {
 }
 
 /** Runs the definition's validator: its output, or the issues. A validator that throws is a refusal too. */
-async function validate<T>(definition: JobDefinition<T>, payload: unknown): Promise<{ ok: true; value: T } | { ok: false; why: string; path: string }> {
+async function validate<T>(definition: JobDefinition<T, unknown>, payload: unknown): Promise<{ ok: true; value: T } | { ok: false; why: string; path: string }> {
   if (!definition.schema) return { ok: true, value: payload as T };
   let result: StandardResult<T>;
   try {
@@ -106,7 +119,7 @@ async function validate<T>(definition: JobDefinition<T>, payload: unknown): Prom
 }
 
 /** At enqueue: the payload to store (the validator's output), or `InvalidPayloadError` (`INVALID_PAYLOAD`). */
-export async function payloadToEnqueue<T>(definition: JobDefinition<T>, payload: unknown, where?: string): Promise<T> {
+export async function payloadToEnqueue<T>(definition: JobDefinition<T, unknown>, payload: unknown, where?: string): Promise<T> {
   const result = await validate(definition, payload);
   if (!result.ok) {
     const message = INVALID_PAYLOAD(definition.queue, definition.version, result.why);
@@ -126,7 +139,7 @@ export type Upcasters = Readonly<Record<number, (payload: never) => unknown>>;
  * (a producer deployed ahead of this worker) is retried with backoff, for a newer worker to take;
  * a payload the validator refuses is dead.
  */
-export async function payloadForHandler<T>(definition: JobDefinition<T>, upcast: Upcasters, storedVersion: number | null, payload: unknown): Promise<T> {
+export async function payloadForHandler<T>(definition: JobDefinition<T, unknown>, upcast: Upcasters, storedVersion: number | null, payload: unknown): Promise<T> {
   let version = storedVersion ?? 1;
   if (version > definition.version) throw new RetryableJobError(JOB_VERSION_TOO_NEW(definition.queue, version, definition.version), { code: 'JOB_VERSION_TOO_NEW' });
   let value = payload;

@@ -6,6 +6,8 @@
 
 export const HOSTED_PASS_UNKNOWN = (name: string) => `"${String(name).slice(0, 80)}" is not a fixed-interval pass a host can run`;
 
+export const CLUSTER_EVENT_LISTENER_FAILED = (error: unknown) =>
+  `A cluster event listener (onClusterEvent) threw: ${String((error as Error)?.message ?? error).slice(0, 300)}. The event still reached the other listeners; fix the listener.`;
 export const JOB_EVENT_LISTENER_FAILED = (error: unknown) =>
   `A job event listener (onJobEvent) threw: ${String((error as Error)?.message ?? error).slice(0, 300)}. The event still reached the other listeners; fix the listener.`;
 
@@ -200,6 +202,14 @@ export const MIGRATION_NOT_APPLIED = (name: string, schema: string, reason: stri
 // ---------------------------------------------------------------------------------------------
 // The LISTEN connection (notifier.ts)
 
+export const CLUSTER_EVENTS_PUBLISH = (events: number, reason: string) =>
+  `Publishing ${events} job events to other processes failed, and they were dropped (best effort: counted in cluster_events_dropped{reason="publish_failed"}): ${reason}`;
+export const CLUSTER_EVENTS_OFF = (where: string) =>
+  `${where} asks for the job events of other processes, and "events.crossProcess" is off (false, the default): nothing would ever arrive`;
+export const CLUSTER_EVENTS_OFF_FIX = () => 'Set events: { crossProcess: true } (or a list of event types) in the options of every process whose events you want to hear, or listen to this process\'s events only.';
+export const CLUSTER_EVENT_NOT_PUBLISHED = (where: string, type: string, types: readonly string[]) =>
+  `${where} asks for "${type}" events of other processes, and "events.crossProcess" lists only ${types.map((t) => `"${t}"`).join(', ')}: none would arrive`;
+export const CLUSTER_EVENT_NOT_PUBLISHED_FIX = (type: string) => `Add "${type}" to events.crossProcess (in every process whose events you want to hear), or set it to true.`;
 export const LISTENER_PING_FAILED = (reason: string) => `it did not answer a query: ${reason}`;
 
 export const LISTENER_PROBE_UNHEARD = (timeoutMs: number) => `its probe NOTIFY (sent through the pool) was not heard within ${timeoutMs} ms`;

@@ -1,5 +1,6 @@
 import { metrics as otel, type Attributes, type Counter, type Histogram } from '@opentelemetry/api';
 import { FENCE_LOSS_REASONS, type FenceLossReason } from './errors.js';
+import { EventListeners } from './listeners.js';
 
 /** The fenced writes a worker makes (the `operation` label of lease_lost): a closed set. */
 export const LEASE_OPERATIONS = ['start', 'complete', 'fail', 'heartbeat', 'release', 'effect'] as const;
@@ -31,6 +32,9 @@ export type JobEvent =
   | { readonly type: 'reaped'; readonly queue: string; readonly jobId: string; readonly status: string; readonly code: string }
   | { readonly type: 'heartbeat_failed'; readonly queue: string; readonly jobId: string; readonly error: string };
 
+/** The kinds of job event: `claimed`, `succeeded`, `failed`, `lease_lost`, `released`, `reaped`, `heartbeat_failed`. */
+export type JobEventType = JobEvent['type'];
+
 /** Counter names, one word per idea, the same as in the docs and the event types. */
 export type CounterName =
   | 'jobs_claimed'
@@ -43,7 +47,11 @@ export type CounterName =
   | 'lease_expired'
   | 'heartbeats'
   | 'heartbeat_failures'
-  | 'claim_queries';
+  | 'claim_queries'
+  /** Job events sent to the other processes (`events.crossProcess`), in NOTIFYs that committed. */
+  | 'cluster_events_published'
+  /** Job events not sent to the other processes, by reason: the buffer was full, or the NOTIFY failed. */
+  | 'cluster_events_dropped';
 
 /** Hears every job event of this process, synchronously, as it happens: keep it quick. */
 export type JobEventListener = (event: JobEvent) => void;
@@ -167,29 +175,23 @@ interface HistogramEntry {
 export class EngineMetrics {
   private readonly counters = new Map<string, CounterEntry>();
   private readonly histograms = new Map<string, HistogramEntry>();
-  private readonly listeners = new Set<{ event: JobEventListener; closed: (() => void) | undefined }>();
-  /** Set by `complete()`: no event after it, and a listener added later is closed at once. */
-  private completed = false;
+  private readonly listeners: EventListeners<JobEvent>;
   /** Published through @opentelemetry/api too: a no-op unless the app installs an SDK. */
   private readonly meter = otel.getMeter('nestjs-pg-queue');
   private readonly otelCounters = new Map<CounterName, Counter>();
   private readonly otelHistograms = new Map<HistogramName, Histogram>();
 
   /** `reportListenerError`: where a listener's throw goes (it never reaches the code that emitted). */
-  constructor(private readonly reportListenerError: (error: unknown) => void = () => {}) {}
+  constructor(reportListenerError: (error: unknown) => void = () => {}) {
+    this.listeners = new EventListeners(reportListenerError);
+  }
 
   /**
    * Adds a listener of job events; returns the function that removes it. `onClose` is called once
    * when the engine stops (no event follows it), at once when it has stopped already.
    */
   onEvent(listener: JobEventListener, onClose?: () => void): () => void {
-    if (this.completed) {
-      onClose?.();
-      return () => {};
-    }
-    const entry = { event: listener, closed: onClose };
-    this.listeners.add(entry);
-    return () => void this.listeners.delete(entry);
+    return this.listeners.add(listener, onClose);
   }
 
   /** Whether any listener hears job events (an emitter may skip building an event nobody hears). */
@@ -304,14 +306,7 @@ export class EngineMetrics {
   }
 
   emit(event: JobEvent): void {
-    for (const listener of this.listeners) {
-      try {
-        listener.event(event);
-      } catch (error) {
-        // The worker (or reaper) that emitted is in the middle of a job's step: a listener's bug must not end it.
-        this.reportListenerError(error);
-      }
-    }
+    this.listeners.emit(event);
   }
 
   /** The sum of a counter over every label set that contains `labels`. */
@@ -329,11 +324,7 @@ export class EngineMetrics {
   }
 
   complete(): void {
-    if (this.completed) return;
-    this.completed = true;
-    const closing = [...this.listeners];
-    this.listeners.clear();
-    for (const { closed } of closing) closed?.();
+    this.listeners.complete();
   }
 }
 

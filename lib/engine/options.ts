@@ -1,3 +1,4 @@
+import { CLUSTER_EVENTS_OPTIONS, type ClusterEventsConfig } from './cluster-events.js';
 import { COMPLETER_OPTIONS, type CompleterConfig } from './completer.js';
 import { boolean, integer, nested, oneOf, opaque, section, string, TIMER_MAX_MS, timerMs } from './config.js';
 import { DEFAULT_SCHEMA } from './identifiers.js';
@@ -64,6 +65,12 @@ export interface PgQueueOptions {
   /** The pass that settles flow parents a worker could not (see docs/flows.md). */
   flows?: Partial<FlowsConfig>;
   /**
+   * Job events across processes (`PgQueue.onClusterEvent`, `QueueService.clusterEvents$`,
+   * `@OnQueueEvent(type, { from: 'cluster' })`), best effort, through NOTIFY: off by default.
+   * `{ crossProcess: true }` publishes this process's events and hears the others'.
+   */
+  events?: Partial<ClusterEventsConfig>;
+  /**
    * Bound of every statement the engine runs, and of every connection its pool opens (default
    * 10 s): client-side on every statement (a connection that died silently fails it instead of
    * hanging until the kernel gives up), and as `SET LOCAL statement_timeout` inside the engine's
@@ -103,7 +110,7 @@ export const MAX_FREE_RELEASES_DEFAULT = 3;
 export const STARTUP_RETRY_DEFAULT_MS = 30_000;
 
 /** What the engine's constructor works with: every option with a default has its value. */
-export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'flows' | 'handlerDefaults'> &
+export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'flows' | 'events' | 'handlerDefaults'> &
   Required<Pick<PgQueueOptions, 'poolSize' | 'preparedStatements' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs' | 'startupRetryMs'>> & {
     reaper: ReaperConfig;
     scheduler: SchedulerConfig;
@@ -112,6 +119,7 @@ export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' 
     completer: CompleterConfig;
     keyHandoffs: KeyHandoffsConfig;
     flows: FlowsConfig;
+    events: ClusterEventsConfig;
     handlerDefaults: HandlerOptions;
   };
 
@@ -140,6 +148,7 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     completer: nested(COMPLETER_OPTIONS),
     keyHandoffs: nested(KEY_HANDOFFS_OPTIONS),
     flows: nested(FLOWS_OPTIONS),
+    events: nested(CLUSTER_EVENTS_OPTIONS),
     // The client-side timeout adds CLIENT_TIMEOUT_SLACK_MS, and a timer waits at most TIMER_MAX_MS.
     statementTimeoutMs: integer(100, TIMER_MAX_MS - CLIENT_TIMEOUT_SLACK_MS),
     failureLogIntervalMs: timerMs(0),

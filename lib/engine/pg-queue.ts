@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import pg from 'pg';
+import { ClusterEvents, type ClusterJobEventListener } from './cluster-events.js';
 import { Completer } from './completer.js';
 import { KeyHandoffs } from './maintenance/key-handoffs.js';
 import { FlowsPass } from './maintenance/flows.js';
@@ -15,7 +16,7 @@ import { isJobId, isQueueName, validateSchemaName, wakeChannel } from './identif
 import { OperatorCalls, OPERATOR_BATCH_MAX } from './operator.js';
 import { LogThrottle } from './log-throttle.js';
 import { consoleLogger, type EngineLogger } from './logger.js';
-import { EngineMetrics, type JobEventListener } from './metrics.js';
+import { EngineMetrics, type JobEventListener, type JobEventType } from './metrics.js';
 import { migrate, type MigrationMode, type MigrationReport } from './migrator.js';
 import { Notifier } from './notifier.js';
 import { toCallError, type CallContext } from './pg-errors.js';
@@ -28,6 +29,9 @@ import { Maintainer } from './maintenance/maintainer.js';
 import type { HostablePass } from './maintenance/service.js';
 import { ENGINE_INTERNALS, type EngineInternals } from './internals.js';
 import {
+  CLUSTER_EVENTS_OFF,
+  CLUSTER_EVENTS_OFF_FIX,
+  CLUSTER_EVENT_LISTENER_FAILED,
   COMPLETIONS_UNWRITTEN,
   ENGINE_STOPPED,
   HANDLER_AFTER_START,
@@ -124,6 +128,8 @@ export class PgQueue {
   private readonly ownsPool: boolean;
   private readonly producer: Producer;
   private readonly completer: Completer;
+  /** Job events across processes (events.crossProcess): see cluster-events.ts. */
+  private readonly clusterEvents: ClusterEvents;
   private readonly handlerDefaults: HandlerOptions;
   private readonly handlers = new Map<string, { handler: JobHandlerFn<never>; options: HandlerOptions; hooks: WorkerHooks }>();
   private readonly workers = new Map<string, Worker>();
@@ -231,6 +237,18 @@ export class PgQueue {
     this.maintainer = new Maintainer([this.notifier, this.scheduler, this.keyHandoffs, this.reaper, ...(this.pruner ? [this.pruner] : []), this.flows]);
     this.operator = new OperatorCalls({ db: this.pool, store: this.store, channel, keysDeferred, flowsChanged: () => this.flows.wake() });
     this.completer = new Completer(this.pool, this.store, this.workerId, channel, options.completer, keysDeferred);
+    this.clusterEvents = new ClusterEvents(
+      {
+        pool: this.pool,
+        store: this.store,
+        channel,
+        origin: this.workerId,
+        metrics: this.metrics,
+        failures: this.failures,
+        reportListenerError: (error) => this.logger.error(CLUSTER_EVENT_LISTENER_FAILED(error)),
+      },
+      options.events,
+    );
     this.producer = new Producer({
       db: this.pool,
       store: this.store,
@@ -269,7 +287,7 @@ export class PgQueue {
    * current one is dead (deploy one, then replay), and a version newer than the definition's (a
    * producer deployed first) is retried for a newer worker.
    */
-  work<T>(queue: string | JobDefinition<T>, handler: JobHandlerFn<T>, options?: Partial<HandlerOptions> & { upcast?: Upcasters }, hooks: WorkerHooks = {}): void {
+  work<T>(queue: string | JobDefinition<T, unknown>, handler: JobHandlerFn<T>, options?: Partial<HandlerOptions> & { upcast?: Upcasters }, hooks: WorkerHooks = {}): void {
     if (isJobDefinition(queue)) {
       const definition = queue;
       const { upcast, ...handlerOptions } = options ?? {};
@@ -342,6 +360,7 @@ export class PgQueue {
           for (const worker of this.workers.values()) worker.cancelled(jobId);
         }),
       );
+      this.clusterEvents.start((topic, fn) => this.notifier.subscribe(topic, fn));
       const hosted = [
         ...(options.hostedPasses ?? []),
         ...(options.reaperTimer === false ? ['reaper'] : []),
@@ -478,8 +497,11 @@ export class PgQueue {
       for (const off of this.unsubscribe.splice(0)) off();
       await this.stopWorkers(timeoutMs);
       await this.maintainer.stop();
+      // After the workers' last events (releases) and the last passes', before the pool closes.
+      await this.clusterEvents.stop();
     }
     this.metrics.complete();
+    this.clusterEvents.complete();
     this.failures.flush();
     // pool.end() waits for every checked-out connection; one stuck on a dead network would hang it.
     if (this.ownsPool && !(await settlesWithin(this.pool.end(), timeoutMs))) {
@@ -501,6 +523,7 @@ export class PgQueue {
     this.keyHandoffs.testSignals = signals.keyHandoffs;
     this.notifier.testSignals = signals.notifier;
     this.completer.testSignals = signals.completer;
+    this.clusterEvents.testSignals = signals.clusterEvents;
     for (const worker of this.workers.values()) worker.testSignals = signals.worker;
     return signals;
   }
@@ -524,6 +547,26 @@ export class PgQueue {
   onJobEvent(listener: JobEventListener, onClose?: () => void): () => void {
     if (typeof listener !== 'function') throw new InvalidOptionError('listener', 'it is not a function', 'Pass (event) => void.');
     return this.metrics.onEvent(listener, onClose);
+  }
+
+  /**
+   * Registers a listener of the job events of every process on this database that publishes them
+   * (`events.crossProcess` on): this process's own, delivered as they happen, and the others' as
+   * their NOTIFYs arrive, each with the `origin` process's `workerId`. Best effort: an event is
+   * lost while this process's listener is down, when its process dies before its next flush (every
+   * `events.flushIntervalMs`), or when its buffer was full (counted); events of two processes come in
+   * no particular order. Returns the function that removes the listener; `onClose` as for
+   * `onJobEvent`. Throws `InvalidOptionError` naming `events.crossProcess` while it is off.
+   */
+  onClusterEvent(listener: ClusterJobEventListener, onClose?: () => void): () => void {
+    if (typeof listener !== 'function') throw new InvalidOptionError('listener', 'it is not a function', 'Pass (event) => void.');
+    if (!this.clusterEvents.enabled) throw new InvalidOptionError('events.crossProcess', CLUSTER_EVENTS_OFF('onClusterEvent()'), CLUSTER_EVENTS_OFF_FIX());
+    return this.clusterEvents.onEvent(listener, onClose);
+  }
+
+  /** The job event types this process publishes to the others and hears from them (`events.crossProcess`); empty when off. */
+  get clusterEventTypes(): readonly JobEventType[] {
+    return [...this.clusterEvents.types];
   }
 
   /** Jobs of `queue` this process holds (running, or claimed and waiting for a slot); 0 when it has no handler for it. */
@@ -558,9 +601,10 @@ export class PgQueue {
   /**
    * Adds one job and returns its id. `queue` is a queue's name, or a job definition (`defineJob`):
    * its schema validates the payload (the validator's output is stored; a refusal is
-   * `InvalidPayloadError` and nothing is written) and its version is stored with the job.
+   * `InvalidPayloadError` and nothing is written) and its version is stored with the job. The
+   * payload is typed by the schema's input (`I`); the handler's `Job<T>` gets its output.
    */
-  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
     const { client, ...jobOptions } = options ?? {};
     return this.call(() => this.producer.enqueueMany([{ queue, payload, options: jobOptions }], { client }).then(([id]) => id!), client);
   }

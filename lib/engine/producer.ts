@@ -39,10 +39,11 @@ export interface EnqueueCallOptions {
   client?: Queryable;
 }
 
-export interface JobToEnqueue<T = unknown> {
+/** One job of `enqueueMany`. `T`: a definition's payload type (its schema's output); `I`: what the payload is given as (its input). */
+export interface JobToEnqueue<T = unknown, I = T> {
   /** The queue's name, or a job definition (`defineJob`): its queue, its schema validates the payload, its version is stored. */
-  queue: string | JobDefinition<T>;
-  payload: T;
+  queue: string | JobDefinition<T, I>;
+  payload: I;
   options?: EnqueueOptions;
 }
 

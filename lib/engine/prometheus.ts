@@ -117,6 +117,8 @@ const COUNTER_HELP: Record<CounterName, string> = {
   heartbeats: 'Lease renewals written.',
   heartbeat_failures: 'Heartbeats that failed to reach the database.',
   claim_queries: 'Claim statements run (throughput: rate of jobs_succeeded; claim efficiency: jobs_claimed / claim_queries).',
+  cluster_events_published: "Job events of this process sent to the other processes (events.crossProcess), in NOTIFYs that committed.",
+  cluster_events_dropped: 'Job events of this process not sent to the other processes (best effort), by reason (buffer_full, publish_failed).',
 };
 
 const HISTOGRAM_HELP: Record<HistogramName, string> = {

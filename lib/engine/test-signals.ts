@@ -150,6 +150,11 @@ export interface CompleterTestSignals {
   readonly flushed: TestSignal<{ jobIds: readonly string[]; applied: number }>;
 }
 
+export interface ClusterEventsTestSignals {
+  /** A flush of cross-process events ended: how many events, in how many NOTIFYs, and whether they committed. */
+  readonly flushed: TestSignal<{ events: number; payloads: number; published: boolean }>;
+}
+
 /** Every service's signals of one engine. */
 export interface EngineTestSignals {
   readonly worker: WorkerTestSignals;
@@ -159,6 +164,7 @@ export interface EngineTestSignals {
   readonly keyHandoffs: PassSignals<{ handed: number; waiting: number }>;
   readonly notifier: NotifierTestSignals;
   readonly completer: CompleterTestSignals;
+  readonly clusterEvents: ClusterEventsTestSignals;
 }
 
 export function createEngineTestSignals(): EngineTestSignals {
@@ -170,6 +176,7 @@ export function createEngineTestSignals(): EngineTestSignals {
     keyHandoffs: { passRan: new TestSignal('keyHandoffs.passRan') },
     notifier: { listening: new TestSignal('notifier.listening'), lost: new TestSignal('notifier.lost'), notification: new TestSignal('notifier.notification') },
     completer: { flushed: new TestSignal('completer.flushed') },
+    clusterEvents: { flushed: new TestSignal('clusterEvents.flushed') },
   };
 }
 

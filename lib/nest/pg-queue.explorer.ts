@@ -1,6 +1,21 @@
 import { Inject, Injectable, Logger, type OnModuleInit, type Type } from '@nestjs/common';
 import { ContextIdFactory, DiscoveryService, MetadataScanner, ModuleRef, ModulesContainer } from '@nestjs/core';
-import { checkUpcasters, HANDLER_DEFAULTS, InvalidOptionError, isQueueName, PgQueue, resolveHandlerOptions, type HandlerOptions, type Job, type JobContext, type JobEvent } from '../engine/index.js';
+import {
+  checkUpcasters,
+  CLUSTER_EVENT_NOT_PUBLISHED,
+  CLUSTER_EVENT_NOT_PUBLISHED_FIX,
+  CLUSTER_EVENTS_OFF,
+  CLUSTER_EVENTS_OFF_FIX,
+  HANDLER_DEFAULTS,
+  InvalidOptionError,
+  isQueueName,
+  PgQueue,
+  resolveHandlerOptions,
+  type HandlerOptions,
+  type Job,
+  type JobContext,
+  type JobEvent,
+} from '../engine/index.js';
 import type { JobHandlerMetadata, PgQueueModuleOptions } from '../interfaces/index.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PG_QUEUE_MODULE_OPTIONS } from '../pg-queue.constants.js';
 import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, EVENT_LISTENER_FAILED, FOR_ROOT_TWICE, FOR_ROOT_TWICE_FIX, HANDLERS_FOUND } from '../pg-queue.messages.js';
@@ -150,10 +165,23 @@ export class PgQueueExplorer implements OnModuleInit {
     };
   }
 
-  /** An `@OnQueueEvent` method: called after each matching event of this process; what it throws is logged. */
+  /**
+   * An `@OnQueueEvent` method: called after each matching event of this process (or, `from:
+   * 'cluster'`, of every publishing process); what it throws is logged. A cluster listener that
+   * could never hear anything (the option off, or its type not published) fails the start here.
+   */
   private listen(event: QueueEventMetadata, name: string, call: (event: JobEvent) => unknown): void {
     const failed = (error: unknown) => this.logger.error(EVENT_LISTENER_FAILED(name, event.type, error instanceof Error ? error.message : String(error)));
-    this.engine.onJobEvent((happened) => {
+    const cluster = event.from === 'cluster';
+    if (cluster) {
+      const where = `@OnQueueEvent('${event.type}', { from: 'cluster' }) ${name}`;
+      const types = this.engine.clusterEventTypes;
+      if (types.length === 0) throw new InvalidOptionError('events.crossProcess', CLUSTER_EVENTS_OFF(where), CLUSTER_EVENTS_OFF_FIX());
+      if (event.type !== '*' && !types.includes(event.type)) {
+        throw new InvalidOptionError('events.crossProcess', CLUSTER_EVENT_NOT_PUBLISHED(where, event.type, types), CLUSTER_EVENT_NOT_PUBLISHED_FIX(event.type));
+      }
+    }
+    const listener = (happened: JobEvent) => {
       if (event.type !== '*' && happened.type !== event.type) return;
       if (event.queue !== undefined && happened.queue !== event.queue) return;
       try {
@@ -162,7 +190,9 @@ export class PgQueueExplorer implements OnModuleInit {
       } catch (error) {
         failed(error);
       }
-    });
+    };
+    if (cluster) this.engine.onClusterEvent(listener);
+    else this.engine.onJobEvent(listener);
   }
 
   private register(

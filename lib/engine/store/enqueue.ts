@@ -44,6 +44,22 @@ export function enqueueStatements({ define, s, jobs, status }: StatementContext)
     notify: define('notify', `SELECT pg_notify($1, $2)`, (p: { channel: string; payload: string }) => [p.channel, p.payload], () => undefined),
 
     /**
+     * Several NOTIFYs in one autocommit statement, sent in the array's order (a function scan feeds
+     * the aggregate row by row) and delivered when it commits, at once: the cross-process job
+     * events of one flush (cluster-events.ts). A notifying commit takes an XID and holds the
+     * database's notify lock through its WAL flush; these events are best effort, so the commit
+     * does not wait for the flush (`synchronous_commit` off for this transaction only: what
+     * `set_config(…, true)` sets ends with it, through a transaction pooler too).
+     * $1 the channel, $2 the payloads.
+     */
+    notifyMany: define(
+      'notify-many',
+      `SELECT set_config('synchronous_commit', 'off', true) AS sync, count(pg_notify($1, p.payload)) AS n FROM unnest($2::text[]) AS p(payload)`,
+      (p: { channel: string; payloads: string[] }) => [p.channel, p.payloads],
+      () => undefined,
+    ),
+
+    /**
      * Inserts a batch in one round trip and wakes workers in the same transaction: NOTIFY is
      * delivered only when the transaction commits, so a worker never wakes for a job it cannot see.
      * Jobs not yet due go to 'scheduled' (database time decides) and wake the scheduler instead.
