@@ -38,7 +38,18 @@ export type {
   GroupLimitsRecord,
 } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES } from './effects.js';
-export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
+export type {
+  DebounceOptions,
+  EnqueueCallOptions,
+  EnqueuedIds,
+  EnqueueOptions,
+  EnqueueResult,
+  JobToEnqueue,
+  KeyedEnqueueOptions,
+  DeduplicationOptions,
+  UniqueOptions,
+  UniqueWhile,
+} from './producer.js';
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';
 export { FAILURE_LOG_INTERVAL_MS } from './log-throttle.js';

@@ -18,7 +18,16 @@ import { migrate, type MigrationMode, type MigrationReport } from './migrator.js
 import { Notifier } from './notifier.js';
 import { toCallError, type CallContext } from './pg-errors.js';
 import { PROMETHEUS_TIMEOUT_DEFAULT_MS, renderPrometheus } from './prometheus.js';
-import { Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
+import {
+  Producer,
+  type EnqueueCallOptions,
+  type EnqueuedIds,
+  type EnqueueOptions,
+  type EnqueueResult,
+  type JobToEnqueue,
+  type KeyedEnqueueOptions,
+  type DeduplicationOptions,
+} from './producer.js';
 import { Pruner } from './maintenance/pruner.js';
 import { Reaper, type ReapResult } from './maintenance/reaper.js';
 import { Scheduler } from './maintenance/scheduler.js';
@@ -46,7 +55,7 @@ import {
 } from './messages.js';
 import { settlesWithin } from './settles-within.js';
 import { checkUpcasters, isJobDefinition, payloadForHandler, type JobDefinition, type Upcasters } from './job-definition.js';
-import { createStore, type Store } from './store/index.js';
+import { createStore, transaction, type Store } from './store/index.js';
 import type { OperatorNote, ReplayOutcome, DeadJobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord } from './records.js';
 import type { GroupLimits, GroupLimitsInput, GroupLimitsRecord, HandlerOptions, JobHandlerFn, JobStatus, QueueLimits, QueueLimitsInput } from './types.js';
 import { createEngineTestSignals, ENABLE_TEST_SIGNALS, type EngineTestSignals } from './test-signals.js';
@@ -232,6 +241,7 @@ export class PgQueue {
       maxPayloadBytes,
       schedulerTopic: SCHEDULER_TOPIC,
       isKnownQueue: (queue, db) => this.isKnownQueue(queue, db),
+      transaction: (fn) => transaction(this.pool, fn, { statementTimeoutMs }),
     });
   }
 
@@ -552,15 +562,31 @@ export class PgQueue {
   /**
    * Adds one job and returns its id. `queue` is a queue's name, or a job definition (`defineJob`):
    * its schema validates the payload (the validator's output is stored; a refusal is
-   * `InvalidPayloadError` and nothing is written) and its version is stored with the job.
+   * `InvalidPayloadError` and nothing is written) and its version is stored with the job. With
+   * `unique` or `debounce` (docs/unique-jobs.md) it returns `{ id, deduplicated }`: the id of the
+   * job that holds the key when none was added.
    */
-  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options: KeyedEnqueueOptions<T> & EnqueueCallOptions): Promise<EnqueueResult>;
+  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: EnqueueOptions<T> & EnqueueCallOptions): Promise<string>;
+  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: EnqueueOptions<T> & DeduplicationOptions<T> & EnqueueCallOptions): Promise<string | EnqueueResult>;
+  enqueue<T>(queue: string | JobDefinition<T>, payload: T, options?: EnqueueOptions<T> & DeduplicationOptions<T> & EnqueueCallOptions): Promise<string | EnqueueResult> {
     const { client, ...jobOptions } = options ?? {};
-    return this.call(() => this.producer.enqueueMany([{ queue, payload, options: jobOptions }], { client }).then(([id]) => id!), client);
+    const keyed = jobOptions.unique !== undefined || jobOptions.debounce !== undefined;
+    return this.call(
+      () =>
+        this.producer
+          .enqueueMany([{ queue, payload, options: jobOptions as EnqueueOptions & DeduplicationOptions }], { client })
+          .then((ids) => (keyed ? { id: ids[0]!, deduplicated: ids.deduplicated[0]! } : ids[0]!)),
+      client,
+    );
   }
 
-  enqueueMany(jobs: readonly JobToEnqueue[], options?: EnqueueCallOptions): Promise<string[]> {
-    return this.call(() => this.producer.enqueueMany(jobs, options), options?.client);
+  /**
+   * Adds several jobs, all or none; ids in input order, with `deduplicated[i]` beside them (jobs
+   * with `unique` or `debounce`: the id of a deduplicated job is the one that holds its key).
+   */
+  enqueueMany<T = unknown>(jobs: readonly JobToEnqueue<T>[], options?: EnqueueCallOptions): Promise<EnqueuedIds> {
+    return this.call(() => this.producer.enqueueMany(jobs as readonly JobToEnqueue[], options), options?.client);
   }
 
   getJob<T = unknown>(id: string): Promise<JobRecord<T> | undefined> {
