@@ -15,8 +15,10 @@
 -- Every job is in every scope when inserted (scheduled or pending, token 0), so the index answers
 -- "is the key held?" for a new job of any scope: keys share one namespace per queue and period.
 --
--- unique_period is the start of the key's period bucket (`period`, by database time), NULL for a
--- key without one; NULLS NOT DISTINCT (PostgreSQL 15) makes a key without a period one key.
+-- unique_period is the start of the key's period bucket (`periodMs`, by database time), and
+-- '-infinity' for a key without a period: (queue, key, bucket) is then a plain equality, for the
+-- index and for the lookups of a key's holder (NULL would need NULLS NOT DISTINCT, and a lookup
+-- could not use it as an equality). NULL only for a job without a unique key.
 --
 -- A debounced job holds its debounce key while it was never claimed (the 'pending' scope): the
 -- producers of the key update it (run time, payload) instead of adding one. Its own column and
@@ -39,7 +41,7 @@ ALTER TABLE jobs
   ADD COLUMN unique_period timestamptz,
   ADD COLUMN debounce_key text;
 
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_unique_key_idx ON jobs (queue_name, unique_key, unique_period) NULLS NOT DISTINCT
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_unique_key_idx ON jobs (queue_name, unique_key, unique_period)
   WHERE unique_key IS NOT NULL
     AND (unique_scope = 'ever'
          OR (status IN ('scheduled', 'pending') AND lease_token = 0)

@@ -166,7 +166,7 @@ describe('scopes: how long a job holds its key', () => {
   });
 
   test("'ever' holds the key after success, until the pruner deletes the job", async () => {
-    const w = fx.make({ pruner: { retentionMs: 0, intervalMs: 3_600_000 } });
+    const w = fx.make({ pruner: { retentionMs: 3_600_000 } });
     await w.declareQueues(['scope-ever']);
     w.work('scope-ever', async () => {});
     const key = { unique: { key: 'ev', while: 'ever' as const } };
@@ -174,19 +174,23 @@ describe('scopes: how long a job holds its key', () => {
     await w.start();
     await waitForOutcome(w, job.id, 'succeeded');
     expect(await w.enqueue('scope-ever', {}, key)).toEqual({ id: job.id, deduplicated: true });
-    // A cancelled job holds an 'ever' key too (it is kept): only the row's deletion ends it.
+    // Past retention (its finish moved an hour back, rather than waiting), the pruner deletes it.
+    await fx.pool.query(`UPDATE pgqueue.jobs SET finished_at = finished_at - interval '2 hours' WHERE id = $1`, [job.id]);
     const pruned = await w.pruneOnce();
     expect(await w.getJob(job.id)).toBeUndefined();
     expect(pruned).toBeGreaterThan(0);
     expect((await w.enqueue('scope-ever', {}, key)).deduplicated).toBe(false);
   });
 
-  test('cancelling a waiting job frees its pending and unfinished keys', async () => {
+  test("cancelling a waiting job frees its 'pending' and 'unfinished' keys; an 'ever' key stays held by the kept row", async () => {
     for (const scope of ['pending', 'unfinished'] as const) {
       const job = await q.enqueue('u', {}, { unique: { key: `cancel-${scope}`, while: scope } });
       await q.cancel(job.id);
       expect((await q.enqueue('u', {}, { unique: { key: `cancel-${scope}`, while: scope } })).deduplicated).toBe(false);
     }
+    const ever = await q.enqueue('u', {}, { unique: { key: 'cancel-ever', while: 'ever' } });
+    await q.cancel(ever.id);
+    expect(await q.enqueue('u', {}, { unique: { key: 'cancel-ever', while: 'ever' } })).toEqual({ id: ever.id, deduplicated: true });
   });
 });
 

@@ -176,7 +176,7 @@ export function uniqueStatements({ define, jobs, status }: StatementContext) {
     uniqueHolders: define(
       'unique-holders',
       `SELECT h.id::text AS id
-       FROM jsonb_to_recordset($1::jsonb) WITH ORDINALITY AS k(q text, uk text, pe bigint, ord)
+       FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (q text, uk text, pe bigint)) WITH ORDINALITY AS k(q, uk, pe, ord)
          LEFT JOIN LATERAL (SELECT j.id FROM ${jobs} j
                             WHERE j.queue_name = k.q AND j.unique_key = k.uk
                               AND j.unique_period = CASE WHEN k.pe IS NULL THEN ${NO_PERIOD} ELSE timestamptz 'epoch' + ${ms('k.pe')} END
