@@ -387,9 +387,13 @@ export class Producer {
   }
 }
 
-/** The batch's ids with their `deduplicated` flags beside them. */
+/**
+ * The batch's ids with their `deduplicated` flags beside them: not enumerable, so the array still
+ * equals the plain array of its ids (a test's `toEqual(ids)`, `assert.deepStrictEqual`), and
+ * spreads and serialises as before.
+ */
 function withDeduplicated(ids: string[], deduplicated: boolean[]): EnqueuedIds {
-  return Object.assign(ids, { deduplicated });
+  return Object.defineProperty(ids, 'deduplicated', { value: deduplicated, enumerable: false }) as EnqueuedIds;
 }
 
 function debounceOf(item: Prepared): Extract<Dedupe, { kind: 'debounce' }> {

@@ -75,6 +75,9 @@ describe('enqueue with unique', () => {
     // Without unique, the flags are there and false.
     const plain = await q.enqueueMany([{ queue: 'u', payload: 1 }, { queue: 'u', payload: 2 }]);
     expect(plain.deduplicated).toEqual([false, false]);
+    // Still the plain array of ids to equality and JSON (the flags are not enumerable).
+    expect(plain).toEqual([plain[0], plain[1]]);
+    expect(JSON.stringify(ids)).toBe(JSON.stringify([...ids]));
   });
 
   test("with a client, the key is checked in the caller's transaction: a rolled-back job frees it, one in the same transaction holds it", async () => {
@@ -284,6 +287,17 @@ describe('debounce', () => {
     release();
     await waitForOutcome(w, first.id, 'succeeded');
     await waitForOutcome(w, second.id, 'succeeded');
+  });
+
+  test("a merge's result is validated as a payload (the definition's schema too): refused, nothing changes", async () => {
+    const Counted = defineJob('d', { schema: { '~standard': { version: 1, vendor: 'test', validate: (v: unknown) => (typeof (v as { n?: unknown }).n === 'number' ? { value: v as { n: number } } : { issues: [{ message: 'n must be a number', path: ['n'] }] }) } } });
+    const merge = (a: { n: number }, b: { n: number }) => ({ n: a.n + b.n });
+    const first = await q.enqueue(Counted, { n: 1 }, { debounce: { key: 'validated', delayMs: 60_000, merge } });
+    await expect(q.enqueue(Counted, { n: 2 }, { debounce: { key: 'validated', delayMs: 60_000, merge: () => ({ n: 'x' }) as never } })).rejects.toMatchObject({
+      code: 'INVALID_PAYLOAD',
+    });
+    expect(await q.enqueue(Counted, { n: 2 }, { debounce: { key: 'validated', delayMs: 60_000, merge } })).toEqual({ id: first.id, deduplicated: true });
+    expect((await q.getJob(first.id))?.payload).toEqual({ n: 3 });
   });
 
   test('merge with a client needs that client inside a transaction, and is written in it', async () => {
