@@ -56,7 +56,7 @@ if (args.help) {
                     process_defaults*, latency*, process_pf10, process_pf100, process_pf500, and the
                     engine-only variants at prefetch 100: process_strict, process_keyed, process_defined,
                     process_flow, process_fair100, process_group{1,100,10000}_limit1, process_group2_rate100,
-                    enqueue_single_defined, enqueue_single_unique,
+                    enqueue_single_defined, enqueue_single_unique, enqueue_single_debounced,
                     process_insert, process_complete_tx, process_effect, process_retry;
                     "all" for every one
   --max-seconds S   cap of one processing run (default 60, 20 with --quick)
@@ -187,6 +187,16 @@ const scenarios = [
     run: async (sys) => {
       const result = await enqueueSingle({ ...sys, enqueue: sys.enqueueUnique }, { jobs: sizes.single, inFlight: IN_FLIGHT });
       return { ...result, figures: { 'enqueue.single.unique': result.figures['enqueue.single'] } };
+    },
+  },
+  {
+    // Engine only, against enqueue.single: the same calls, each with a debounce key of its own (due at once).
+    key: 'enqueue_single_debounced',
+    variant: true,
+    declare: () => figure('enqueue.single.debounced', 'jobs/s', 'higher', { jobs: sizes.single, inFlight: IN_FLIGHT, debounce: 'a key per job, delayMs 0' }),
+    run: async (sys) => {
+      const result = await enqueueSingle({ ...sys, enqueue: sys.enqueueDebounced }, { jobs: sizes.single, inFlight: IN_FLIGHT });
+      return { ...result, figures: { 'enqueue.single.debounced': result.figures['enqueue.single'] } };
     },
   },
   {
