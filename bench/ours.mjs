@@ -113,6 +113,13 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
 
   return {
     enqueue: (payload) => queue.enqueue(QUEUE, payload),
+    /**
+     * enqueue() with a unique key of its own per job (the `enqueue_single_unique` figure): the
+     * unique statement's insert path, every key free (a deduplicated call does less: no insert).
+     */
+    enqueueUnique: (payload) => queue.enqueue(QUEUE, payload, { unique: { key: `k${payload.i}`, while: 'unfinished' } }),
+    /** enqueue() with a debounce key of its own per job (the `enqueue_single_debounced` figure): the upsert's insert path. */
+    enqueueDebounced: (payload) => queue.enqueue(QUEUE, payload, { debounce: { key: `k${payload.i}`, delayMs: 0 } }),
     /** enqueue() through the job definition (the `enqueue_single_defined` figure). */
     enqueueDefined: defined ? (payload) => queue.enqueue(defined, payload) : undefined,
     /** `optionsOf(payload)`: per-job enqueue options (a variant's ordering key). */

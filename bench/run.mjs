@@ -59,7 +59,7 @@ if (args.help) {
                     process_defaults*, latency*, process_pf10, process_pf100, process_pf500, and the
                     engine-only variants at prefetch 100: process_strict, process_keyed, process_defined,
                     process_flow, process_fair100, process_group{1,100,10000}_limit1, process_group2_rate100, process_flow_children,
-                    enqueue_single_defined,
+                    enqueue_single_defined, enqueue_single_unique, enqueue_single_debounced,
                     process_insert, process_complete_tx, process_effect, process_retry; and
                     process_tuned_events, process_pf100_events (events.crossProcess on);
                     "all" for every one
@@ -191,6 +191,26 @@ const scenarios = [
     run: async (sys) => {
       const result = await enqueueSingle({ ...sys, enqueue: sys.enqueueDefined }, { jobs: sizes.single, inFlight: IN_FLIGHT });
       return { ...result, figures: { 'enqueue.single.defined': result.figures['enqueue.single'] } };
+    },
+  },
+  {
+    // Engine only, against enqueue.single: the same calls, each with a unique key of its own.
+    key: 'enqueue_single_unique',
+    variant: true,
+    declare: () => figure('enqueue.single.unique', 'jobs/s', 'higher', { jobs: sizes.single, inFlight: IN_FLIGHT, unique: "a key per job, while 'unfinished'" }),
+    run: async (sys) => {
+      const result = await enqueueSingle({ ...sys, enqueue: sys.enqueueUnique }, { jobs: sizes.single, inFlight: IN_FLIGHT });
+      return { ...result, figures: { 'enqueue.single.unique': result.figures['enqueue.single'] } };
+    },
+  },
+  {
+    // Engine only, against enqueue.single: the same calls, each with a debounce key of its own (due at once).
+    key: 'enqueue_single_debounced',
+    variant: true,
+    declare: () => figure('enqueue.single.debounced', 'jobs/s', 'higher', { jobs: sizes.single, inFlight: IN_FLIGHT, debounce: 'a key per job, delayMs 0' }),
+    run: async (sys) => {
+      const result = await enqueueSingle({ ...sys, enqueue: sys.enqueueDebounced }, { jobs: sizes.single, inFlight: IN_FLIGHT });
+      return { ...result, figures: { 'enqueue.single.debounced': result.figures['enqueue.single'] } };
     },
   },
   {

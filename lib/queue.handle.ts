@@ -1,4 +1,21 @@
-import { JobStateError, type EnqueueCallOptions, type EnqueueOptions, type GroupLimits, type GroupLimitsInput, type JobDefinition, type JobRecord, type OperatorNote, type PgQueue, type QueueLimits, type QueueLimitsInput, type QueueStats } from './engine/index.js';
+import {
+  JobStateError,
+  type EnqueueCallOptions,
+  type EnqueuedIds,
+  type EnqueueOptions,
+  type EnqueueResult,
+  type KeyedEnqueueOptions,
+  type DeduplicationOptions,
+  type GroupLimits,
+  type GroupLimitsInput,
+  type JobDefinition,
+  type JobRecord,
+  type OperatorNote,
+  type PgQueue,
+  type QueueLimits,
+  type QueueLimitsInput,
+  type QueueStats,
+} from './engine/index.js';
 import { QUEUE_NOT_DECLARED_YET } from './pg-queue.messages.js';
 
 /** What `registerQueue` takes: the queue's name, and enqueue options every job of it gets unless a call says otherwise. */
@@ -7,7 +24,10 @@ export interface RegisterQueueOptions {
   name?: string;
   /** A job definition (`defineJob`): the handle validates each payload with its schema and stores its version. */
   job?: JobDefinition;
-  /** Enqueue options applied to every job of this handle (a call's own options win, field by field). */
+  /**
+   * Enqueue options applied to every job of this handle (a call's own options win, field by field).
+   * Not `unique` or `debounce`: a key belongs to one job, so it is given per call.
+   */
   defaults?: EnqueueOptions;
 }
 
@@ -17,7 +37,7 @@ export function getQueueToken(name: string): string {
 }
 
 /** One job of `Queue.enqueueMany`: a payload, with options of its own or not. */
-export type QueueJobToEnqueue<T> = { payload: T; options?: EnqueueOptions };
+export type QueueJobToEnqueue<T, I = T> = { payload: I; options?: EnqueueOptions<T> & DeduplicationOptions<T> };
 
 /**
  * One queue, bound: `QueueService`'s verbs (each one call into the engine, as theirs are) with the queue's name filled in and its `defaults`
@@ -49,13 +69,19 @@ export class Queue<T = unknown, I = T> {
     return this.definition ?? this.name;
   }
 
-  /** Adds one job (see `QueueService.enqueue`): the handle's defaults, then `options`. */
-  enqueue(payload: I, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+  /**
+   * Adds one job (see `QueueService.enqueue`): the handle's defaults, then `options`. With `unique`
+   * or `debounce`, resolves to `{ id, deduplicated }`.
+   */
+  enqueue(payload: I, options: KeyedEnqueueOptions<T> & EnqueueCallOptions): Promise<EnqueueResult>;
+  enqueue(payload: I, options?: EnqueueOptions<T> & EnqueueCallOptions): Promise<string>;
+  enqueue(payload: I, options?: EnqueueOptions<T> & DeduplicationOptions<T> & EnqueueCallOptions): Promise<string | EnqueueResult>;
+  enqueue(payload: I, options?: EnqueueOptions<T> & DeduplicationOptions<T> & EnqueueCallOptions): Promise<string | EnqueueResult> {
     return this.engine.enqueue<T, I>(this.target, payload, { ...this.defaults, ...options });
   }
 
-  /** Adds several jobs in one statement, all or none; ids in input order. */
-  enqueueMany(jobs: readonly QueueJobToEnqueue<I>[], options?: EnqueueCallOptions): Promise<string[]> {
+  /** Adds several jobs, all or none; ids in input order, with `deduplicated[i]` beside them (see `QueueService.enqueueMany`). */
+  enqueueMany(jobs: readonly QueueJobToEnqueue<T, I>[], options?: EnqueueCallOptions): Promise<EnqueuedIds> {
     return this.engine.enqueueMany(
       jobs.map((job) => ({ queue: this.target, payload: job.payload, options: { ...this.defaults, ...job.options } })),
       options,

@@ -9,7 +9,11 @@ import {
   type DeadJobPage,
   type EngineStats,
   type EnqueueCallOptions,
+  type EnqueuedIds,
   type EnqueueOptions,
+  type EnqueueResult,
+  type KeyedEnqueueOptions,
+  type DeduplicationOptions,
   type JobEvent,
   type JobEventRecord,
   type FlowNode,
@@ -36,7 +40,7 @@ import { PG_QUEUE_ENGINE } from './pg-queue.constants.js';
 import { PgQueueOrchestrator } from './nest/pg-queue.orchestrator.js';
 
 /** Options of `QueueService.enqueue`: when and how the job runs, and on which connection. */
-export type QueueEnqueueOptions = EnqueueOptions & EnqueueCallOptions;
+export type QueueEnqueueOptions<T = unknown> = EnqueueOptions<T> & EnqueueCallOptions;
 
 // The operator calls take the engine's own parameter types, so the two can never drift apart.
 /** Which dead jobs `listDead` returns: `{ queue?, errorCode?, limit? (default 50), cursor? }`. */
@@ -101,13 +105,21 @@ export class QueueService {
    * `queue`, its schema validates the payload (typed by the schema's input: the handler gets its
    * output) and its version is stored. With `orderingKey`, jobs of one key run
    * one at a time, in enqueue order (a dead job holds its key until it is replayed or discarded).
+   * With `unique` or `debounce` (docs/unique-jobs.md) it resolves to `{ id, deduplicated }`: no job is
+   * added while another holds the key, and `id` is then that job's.
    */
-  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: QueueEnqueueOptions): Promise<string> {
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options: KeyedEnqueueOptions<T> & EnqueueCallOptions): Promise<EnqueueResult>;
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: EnqueueOptions<T> & EnqueueCallOptions): Promise<string>;
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: QueueEnqueueOptions<T> & DeduplicationOptions<T>): Promise<string | EnqueueResult>;
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: QueueEnqueueOptions<T> & DeduplicationOptions<T>): Promise<string | EnqueueResult> {
     return this.engine.enqueue<T, I>(queue, payload, options);
   }
 
-  /** Adds several jobs in one statement (all or none); ids are returned in input order. */
-  enqueueMany<T = unknown, I = T>(jobs: readonly JobToEnqueue<T, I>[], options?: EnqueueCallOptions): Promise<string[]> {
+  /**
+   * Adds several jobs (all or none); ids are returned in input order, with `deduplicated[i]` beside
+   * them (true where a job with `unique` or `debounce` was deduplicated: its id is the holder's).
+   */
+  enqueueMany<T = unknown, I = T>(jobs: readonly JobToEnqueue<T, I>[], options?: EnqueueCallOptions): Promise<EnqueuedIds> {
     return this.engine.enqueueMany(jobs, options);
   }
 

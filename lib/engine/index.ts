@@ -46,7 +46,18 @@ export type {
   GroupLimitsRecord,
 } from './types.js';
 export { EFFECT_RESULT_MAX_BYTES } from './effects.js';
-export type { EnqueueOptions, EnqueueCallOptions, JobToEnqueue } from './producer.js';
+export type {
+  DebounceOptions,
+  EnqueueCallOptions,
+  EnqueuedIds,
+  EnqueueOptions,
+  EnqueueResult,
+  JobToEnqueue,
+  KeyedEnqueueOptions,
+  DeduplicationOptions,
+  UniqueOptions,
+  UniqueWhile,
+} from './producer.js';
 export { FLOW_RESULT_MAX_BYTES, FLOW_MAX_JOBS, type FlowNode, type FlowJobOptions, type EnqueuedFlow } from './flows.js';
 export type { Queryable } from './db.js';
 export type { EngineLogger } from './logger.js';

@@ -155,6 +155,24 @@ export const FLOW_TOO_LARGE = (max: number) =>
 export const JOB_OPTION_INVALID = (where: string, option: string, described: string, expected: string) =>
   `${where}: option "${option}" is ${described}; it must be ${expected}. Nothing was enqueued.`;
 
+export const JOB_OPTIONS_CONFLICT = (where: string, option: string, other: string, fix: string) =>
+  `${where}: option "${option}" cannot be combined with "${other}". ${fix} Nothing was enqueued.`;
+
+export const UNIQUE_WITH_ORDERING_KEY_FIX = () =>
+  'A deduplicated job would have to give back its place in the ordering key\'s count, which the key\'s statement cannot undo: ' +
+  'drop orderingKey (to run a key\'s jobs one at a time, give them a group and the queue groupConcurrency: 1, docs/flow-control.md), ' +
+  'or drop the deduplication.';
+
+export const DEBOUNCE_SETS_RUN_TIME_FIX = () => 'debounce.delayMs sets the run time (moved on each enqueue of the key): drop runAt and delayMs.';
+
+export const UNIQUE_OR_DEBOUNCE_FIX = () => 'A debounce key already keeps one waiting job per key: pick one of unique and debounce.';
+
+export const DEBOUNCE_MERGE_NEEDS_TRANSACTION = (where: string) =>
+  `${where}: debounce.merge with a client needs that client inside a transaction (BEGIN first): the merge reads the waiting job under a row lock and writes it back in the same transaction. Nothing was enqueued.`;
+
+export const UNIQUE_RACE_ROUNDS_EXCEEDED = (rounds: number) =>
+  `a unique key's holder let go of it between two statements ${rounds} times in a row (each time another producer's job took the key and was claimed or finished at once)`;
+
 // ---------------------------------------------------------------------------------------------
 // Migrations (migrator.ts). `schema` is the validated schema name.
 

@@ -21,7 +21,16 @@ import { migrate, type MigrationMode, type MigrationReport } from './migrator.js
 import { Notifier } from './notifier.js';
 import { toCallError, type CallContext } from './pg-errors.js';
 import { PROMETHEUS_TIMEOUT_DEFAULT_MS, renderPrometheus } from './prometheus.js';
-import { Producer, type EnqueueCallOptions, type EnqueueOptions, type JobToEnqueue } from './producer.js';
+import {
+  Producer,
+  type EnqueueCallOptions,
+  type EnqueuedIds,
+  type EnqueueOptions,
+  type EnqueueResult,
+  type JobToEnqueue,
+  type KeyedEnqueueOptions,
+  type DeduplicationOptions,
+} from './producer.js';
 import { Pruner } from './maintenance/pruner.js';
 import { Reaper, type ReapResult } from './maintenance/reaper.js';
 import { Scheduler } from './maintenance/scheduler.js';
@@ -52,7 +61,7 @@ import {
 } from './messages.js';
 import { settlesWithin } from './settles-within.js';
 import { checkUpcasters, isJobDefinition, payloadForHandler, type JobDefinition, type Upcasters } from './job-definition.js';
-import { createStore, type Store } from './store/index.js';
+import { createStore, transaction, type Store } from './store/index.js';
 import type { OperatorNote, ReplayOutcome, DeadJobPage, DeadErrorGroup, JobPage, ProcessStats, EngineStats, JobRecord, JobEventRecord, JobEffectRecord, QueueAuditRecord, Throughput } from './records.js';
 import type { BrowsableStatus } from './store/index.js';
 import type { ChildResult, GroupLimits, GroupLimitsInput, GroupLimitsRecord, HandlerOptions, JobHandlerFn, JobStatus, QueueLimits, QueueLimitsInput } from './types.js';
@@ -256,6 +265,7 @@ export class PgQueue {
       maxPayloadBytes,
       schedulerTopic: SCHEDULER_TOPIC,
       isKnownQueue: (queue, db) => this.isKnownQueue(queue, db),
+      transaction: (fn) => transaction(this.pool, fn, { statementTimeoutMs }),
     });
   }
 
@@ -602,15 +612,31 @@ export class PgQueue {
    * Adds one job and returns its id. `queue` is a queue's name, or a job definition (`defineJob`):
    * its schema validates the payload (the validator's output is stored; a refusal is
    * `InvalidPayloadError` and nothing is written) and its version is stored with the job. The
-   * payload is typed by the schema's input (`I`); the handler's `Job<T>` gets its output.
+   * payload is typed by the schema's input (`I`); the handler's `Job<T>` gets its output. With
+   * `unique` or `debounce` (docs/unique-jobs.md) it returns `{ id, deduplicated }`: the id of the
+   * job that holds the key when none was added.
    */
-  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: EnqueueOptions & EnqueueCallOptions): Promise<string> {
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options: KeyedEnqueueOptions<T> & EnqueueCallOptions): Promise<EnqueueResult>;
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: EnqueueOptions<T> & EnqueueCallOptions): Promise<string>;
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: EnqueueOptions<T> & DeduplicationOptions<T> & EnqueueCallOptions): Promise<string | EnqueueResult>;
+  enqueue<T, I = T>(queue: string | JobDefinition<T, I>, payload: NoInfer<I>, options?: EnqueueOptions<T> & DeduplicationOptions<T> & EnqueueCallOptions): Promise<string | EnqueueResult> {
     const { client, ...jobOptions } = options ?? {};
-    return this.call(() => this.producer.enqueueMany([{ queue, payload, options: jobOptions }], { client }).then(([id]) => id!), client);
+    const keyed = jobOptions.unique !== undefined || jobOptions.debounce !== undefined;
+    return this.call(
+      () =>
+        this.producer
+          .enqueueMany([{ queue, payload, options: jobOptions as EnqueueOptions & DeduplicationOptions }], { client })
+          .then((ids) => (keyed ? { id: ids[0]!, deduplicated: ids.deduplicated[0]! } : ids[0]!)),
+      client,
+    );
   }
 
-  enqueueMany(jobs: readonly JobToEnqueue[], options?: EnqueueCallOptions): Promise<string[]> {
-    return this.call(() => this.producer.enqueueMany(jobs, options), options?.client);
+  /**
+   * Adds several jobs, all or none; ids in input order, with `deduplicated[i]` beside them (jobs
+   * with `unique` or `debounce`: the id of a deduplicated job is the one that holds its key).
+   */
+  enqueueMany<T = unknown, I = T>(jobs: readonly JobToEnqueue<T, I>[], options?: EnqueueCallOptions): Promise<EnqueuedIds> {
+    return this.call(() => this.producer.enqueueMany(jobs as readonly JobToEnqueue[], options), options?.client);
   }
 
   /**

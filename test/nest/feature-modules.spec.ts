@@ -88,6 +88,27 @@ describe('feature modules: forRoot once, registerQueue and @InjectQueue', () => 
     expect(await emails.stats()).toMatchObject({ queue: 'emails', paused: false, counts: expect.objectContaining({ pending: 0 }) });
   });
 
+  it('unique and debounce through the handle and QueueService: { id, deduplicated }, the handle defaults applied, ids with deduplicated[]', async () => {
+    const { app } = await boot([PgQueueModule.forRoot(options({ processing: false })), EmailsModule, AuditModule]);
+    const { emails } = app.get(SignupService);
+    const service = app.get(QueueService);
+    const first = await emails.enqueue({ to: 'once@example.com' }, { unique: { key: 'welcome:once', while: 'unfinished' } });
+    const again = await service.enqueue<WelcomeEmail>('emails', { to: 'once@example.com' }, { unique: { key: 'welcome:once', while: 'unfinished' } });
+    expect(first.deduplicated).toBe(false);
+    expect(again).toEqual({ id: first.id, deduplicated: true });
+    expect((await emails.get(first.id))?.priority).toBe(5);
+    const debounced = await service.enqueue<WelcomeEmail>('emails', { to: 'a@example.com' }, { debounce: { key: 'digest', delayMs: 60_000 } });
+    const moved = await emails.enqueue({ to: 'b@example.com' }, { debounce: { key: 'digest', delayMs: 60_000 } });
+    expect(moved).toEqual({ id: debounced.id, deduplicated: true });
+    expect((await emails.get(debounced.id))?.payload).toEqual({ to: 'b@example.com' });
+    const ids = await emails.enqueueMany([{ payload: { to: 'x@example.com' }, options: { unique: { key: 'welcome:once', while: 'unfinished' } } }, { payload: { to: 'y@example.com' } }]);
+    expect(ids[0]).toBe(first.id);
+    expect(ids.deduplicated).toEqual([true, false]);
+    // Without a key, the id alone, as before.
+    const plain: string = await emails.enqueue({ to: 'plain@example.com' });
+    expect(typeof plain).toBe('string');
+  });
+
   it('declares a registered queue at start, so a module without its handler can enqueue to it', async () => {
     const { app } = await boot([PgQueueModule.forRoot(options()), AuditModule]);
     const audit = app.get<Queue<{ what: string }>>('PgQueue:queue:audit-log');
@@ -319,6 +340,10 @@ describe('defineJob in the Nest module', () => {
       const welcome = app.get<Queue<{ to: string; name: string }>>('PgQueue:queue:welcome');
       await expect(welcome.enqueue({ to: 'nope', name: 'x' })).rejects.toMatchObject({ code: 'INVALID_PAYLOAD', path: 'payload.to' });
       await welcome.enqueue({ to: 'ada@example.com', name: 'Ada' });
+      // A definition's handle deduplicates too, validating first (a refused payload takes no key).
+      await expect(welcome.enqueue({ to: 'nope', name: 'x' }, { unique: { key: 'ada', while: 'ever' } })).rejects.toMatchObject({ code: 'INVALID_PAYLOAD' });
+      const once = await welcome.enqueue({ to: 'ada@example.com', name: 'Ada' }, { unique: { key: 'ada', while: 'ever' } });
+      expect(await welcome.enqueue({ to: 'ada@example.com', name: 'Ada' }, { unique: { key: 'ada', while: 'ever' } })).toEqual({ id: once.id, deduplicated: true });
       // A job of the previous shape (version 1), as an older deploy enqueued it.
       await app.get(QueueService).enqueue('welcome', { email: 'grace@example.com' } as never);
       await drainQueues(app);

@@ -22,7 +22,7 @@ export interface EnqueueRow {
 }
 
 /** The batch as one JSON array: the payloads go in as their JSON text, the rest as JSON values. */
-function toBatchDocument(rows: readonly EnqueueRow[]): string {
+export function toBatchDocument(rows: readonly { json: string }[]): string {
   return `[${rows.map(({ json, ...fields }) => `{"p":${json},${JSON.stringify(fields).slice(1)}`).join(',')}]`;
 }
 

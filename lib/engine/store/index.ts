@@ -10,6 +10,7 @@ import { finishStatements, promoteReleasedKeys, releasingKeys, type KeyRelease }
 import { maintenanceStatements } from './maintenance.js';
 import { operatorStatements, type DeadPage, type DeadPageParams, type PurgeParams } from './operator.js';
 import { readStatements } from './reads.js';
+import { uniqueStatements } from './unique.js';
 import { execute, sendText, statementContext, STATEMENT_TIMEOUT_DEFAULT_MS, type Queryable, type Statement, type StoreOptions } from './statement.js';
 
 /**
@@ -27,6 +28,7 @@ export type { ClaimedJob, ClaimedJobs, ClaimGate, ClaimParams, Renewal } from '.
 export type { FlowLock, ThrottleOutcome } from './flow.js';
 export type { ChildResultRow, FlowRow } from './flows.js';
 export type { EnqueueRow } from './enqueue.js';
+export type { DebounceOutcome, DebounceRow, DebouncedJob, UniqueOutcome, UniqueRow, UniqueScope } from './unique.js';
 export type { ReapedJob } from './maintenance.js';
 export type { BegunEffect } from './effects.js';
 export type { QueueFigures, UnfinishedGroup } from './reads.js';
@@ -49,6 +51,7 @@ function allStatements(schemaName: string, options: StoreOptions) {
       ...effectStatements(ctx),
       ...readStatements(ctx),
       ...browseStatements(ctx),
+      ...uniqueStatements(ctx),
     },
   };
 }
