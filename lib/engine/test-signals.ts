@@ -157,6 +157,8 @@ export interface EngineTestSignals {
   readonly scheduler: PassSignals<{ promoted: number }>;
   readonly pruner: PassSignals<{ removed: number }>;
   readonly keyHandoffs: PassSignals<{ handed: number; waiting: number }>;
+  /** The ticker's pass: what this process did with the due schedules. */
+  readonly ticker: PassSignals<{ schedules: number; enqueued: number; missed: number; skipped: number }>;
   readonly notifier: NotifierTestSignals;
   readonly completer: CompleterTestSignals;
 }
@@ -168,6 +170,7 @@ export function createEngineTestSignals(): EngineTestSignals {
     scheduler: { passRan: new TestSignal('scheduler.passRan') },
     pruner: { passRan: new TestSignal('pruner.passRan') },
     keyHandoffs: { passRan: new TestSignal('keyHandoffs.passRan') },
+    ticker: { passRan: new TestSignal('ticker.passRan') },
     notifier: { listening: new TestSignal('notifier.listening'), lost: new TestSignal('notifier.lost'), notification: new TestSignal('notifier.notification') },
     completer: { flushed: new TestSignal('completer.flushed') },
   };

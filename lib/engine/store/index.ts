@@ -8,6 +8,7 @@ import { finishStatements, promoteReleasedKeys, releasingKeys, type KeyRelease }
 import { maintenanceStatements } from './maintenance.js';
 import { operatorStatements, type DeadPage, type DeadPageParams, type PurgeParams } from './operator.js';
 import { readStatements } from './reads.js';
+import { scheduleStatements } from './schedules.js';
 import { execute, sendText, statementContext, STATEMENT_TIMEOUT_DEFAULT_MS, type Queryable, type Statement, type StoreOptions } from './statement.js';
 
 /**
@@ -27,6 +28,7 @@ export type { EnqueueRow } from './enqueue.js';
 export type { ReapedJob } from './maintenance.js';
 export type { BegunEffect } from './effects.js';
 export type { QueueFigures, UnfinishedGroup } from './reads.js';
+export type { AdvanceOutcome, DueSchedule, ScheduleDefinition } from './schedules.js';
 export { listen, ping } from './listener.js';
 
 function allStatements(schemaName: string, options: StoreOptions) {
@@ -43,6 +45,7 @@ function allStatements(schemaName: string, options: StoreOptions) {
       ...operatorStatements(ctx),
       ...effectStatements(ctx),
       ...readStatements(ctx),
+      ...scheduleStatements(ctx),
     },
   };
 }
