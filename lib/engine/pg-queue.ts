@@ -324,9 +324,10 @@ export class PgQueue {
    * declares them. A deploy that changes them wins over the release before it (never the other
    * way), and a schedule no longer declared for a queue handled here is paused.
    */
-  recurring(queue: string, cron: string, options?: CodeScheduleOptions): void {
+  recurring(queue: string, cron: string, options?: CodeScheduleOptions, where?: string): void {
     if (this.state !== 'new') throw new InvalidOptionError('recurring', HANDLER_AFTER_START(queue), 'Declare schedules before start().');
-    const option = options?.name ?? queue;
+    // `where`: what errors name instead of the schedule (the Nest module passes the decorated method).
+    const option = where ?? options?.name ?? queue;
     const schedule = codeSchedule(option, queue, cron, options, this.ticker?.config ?? TICKER_DEFAULTS, this.maxPayloadBytes);
     if (this.codeSchedules.some((s) => s.definition.name === schedule.definition.name)) {
       throw new InvalidOptionError(`${option}.name`, `two schedules of this process are named ${JSON.stringify(schedule.definition.name)}`, 'Give each schedule of a queue a name of its own ({ name }).');
