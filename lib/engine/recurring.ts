@@ -175,7 +175,10 @@ export interface ScheduleDeps {
   readonly logger: EngineLogger;
 }
 
-/** `PgQueue.schedules` and `QueueService.schedules`: schedules created at run time, and every schedule's state. */
+/**
+ * `PgQueue.schedules` and `QueueService.schedules`: schedules created at run time, and every
+ * schedule's state. Every call is async: a bad argument rejects (InvalidOptionError) like a refusal.
+ */
 export class ScheduleCalls {
   constructor(
     private readonly deps: ScheduleDeps,
@@ -188,7 +191,7 @@ export class ScheduleCalls {
    * now; a change of anything else keeps the schedule's next tick. A paused schedule stays paused.
    * Refused with `SCHEDULE_OWNED_BY_CODE` for a name declared in code.
    */
-  upsert(input: ScheduleInput): Promise<ScheduleRecord> {
+  async upsert(input: ScheduleInput): Promise<ScheduleRecord> {
     const given = fields<ScheduleInput>(INPUT_OPTIONS, input, 'schedule');
     const name = checkName('schedule.name', given.name);
     const definition = toDefinition('schedule', name, given.queue, given.cron, given, this.deps.defaults(), this.deps.maxPayloadBytes);
@@ -209,7 +212,7 @@ export class ScheduleCalls {
   }
 
   /** Deletes a runtime schedule (or a code one its code no longer declares). Jobs it enqueued stay. */
-  remove(name: string): Promise<void> {
+  async remove(name: string): Promise<void> {
     checkName('name', name);
     return this.call(() =>
       this.inTransaction(async (client) => {
@@ -225,7 +228,7 @@ export class ScheduleCalls {
   }
 
   /** Schedules by name, a page at a time (pass the last name as `after`), of one queue or source or all. */
-  list(filter: ScheduleFilter = {}): Promise<ScheduleRecord[]> {
+  async list(filter: ScheduleFilter = {}): Promise<ScheduleRecord[]> {
     requireObject('filter', filter, '{ queue?, source?, after?, limit? }');
     const limit = filter.limit === undefined ? 100 : requireInteger('limit', filter.limit, 1, 1_000);
     const source = filter.source === undefined ? null : requireOneOf('source', filter.source, ['code', 'runtime'] as const);
@@ -233,13 +236,13 @@ export class ScheduleCalls {
   }
 
   /** One schedule, or undefined. */
-  get(name: string): Promise<ScheduleRecord | undefined> {
+  async get(name: string): Promise<ScheduleRecord | undefined> {
     checkName('name', name);
     return this.call(() => this.deps.store.getSchedule(this.deps.db, { name }));
   }
 
   /** Stops a schedule's ticks in every process (code ones too: a deploy keeps an operator's pause). */
-  pause(name: string): Promise<ScheduleRecord> {
+  async pause(name: string): Promise<ScheduleRecord> {
     checkName('name', name);
     return this.call(() =>
       this.inTransaction(async (client) => {
@@ -256,7 +259,7 @@ export class ScheduleCalls {
    * missed ticks, they are not run. A code schedule paused because its code dropped it is
    * refused (`SCHEDULE_OWNED_BY_CODE`): declare it again.
    */
-  resume(name: string): Promise<ScheduleRecord> {
+  async resume(name: string): Promise<ScheduleRecord> {
     checkName('name', name);
     return this.call(() =>
       this.inTransaction(async (client) => {

@@ -64,12 +64,12 @@ describe('the runtime API', () => {
     const q = fx.make();
     await expect(q.schedules.pause('nope')).rejects.toMatchObject({ code: 'SCHEDULE_NOT_FOUND' });
     await expect(q.schedules.remove('nope')).rejects.toBeInstanceOf(JobStateError);
-    expect(() => q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * *' })).toThrow(/"schedule\.cron"/);
-    expect(() => q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * * *', tz: 'Nowhere/City' })).toThrow(/"schedule\.tz"/);
-    expect(() => q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * * *', missed: 'some' as never })).toThrow(InvalidOptionError);
-    expect(() => q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * * *', maxMissedRuns: 0 })).toThrow(/"schedule\.maxMissedRuns"/);
-    expect(() => q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * * *', everyDay: true } as never)).toThrow(/"schedule\.everyDay"/);
-    expect(() => q.schedules.upsert({ name: '', queue: 'q', cron: '0 3 * * *' })).toThrow(/"schedule\.name"/);
+    await expect(q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * *' })).rejects.toThrow(/"schedule\.cron"/);
+    await expect(q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * * *', tz: 'Nowhere/City' })).rejects.toThrow(/"schedule\.tz"/);
+    await expect(q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * * *', missed: 'some' as never })).rejects.toThrow(InvalidOptionError);
+    await expect(q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * * *', maxMissedRuns: 0 })).rejects.toThrow(/"schedule\.maxMissedRuns"/);
+    await expect(q.schedules.upsert({ name: 'x', queue: 'q', cron: '0 3 * * *', everyDay: true } as never)).rejects.toThrow(/"schedule\.everyDay"/);
+    await expect(q.schedules.upsert({ name: '', queue: 'q', cron: '0 3 * * *' })).rejects.toThrow(/"schedule\.name"/);
   });
 });
 
