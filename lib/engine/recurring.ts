@@ -217,8 +217,7 @@ export class ScheduleCalls {
     return this.call(() =>
       this.inTransaction(async (client) => {
         const { store } = this.deps;
-        const locked = await store.lockSchedule(client, { name });
-        if (!locked) throw new JobStateError('SCHEDULE_NOT_FOUND', SCHEDULE_NOT_FOUND(name));
+        const locked = await this.lockExisting(client, name);
         if (locked.record.source === 'code' && locked.record.pausedReason !== 'removed') {
           throw new JobStateError('SCHEDULE_OWNED_BY_CODE', SCHEDULE_OWNED_BY_CODE(name, 'schedules.remove()'));
         }
@@ -246,8 +245,7 @@ export class ScheduleCalls {
     checkName('name', name);
     return this.call(() =>
       this.inTransaction(async (client) => {
-        const locked = await this.deps.store.lockSchedule(client, { name });
-        if (!locked) throw new JobStateError('SCHEDULE_NOT_FOUND', SCHEDULE_NOT_FOUND(name));
+        const locked = await this.lockExisting(client, name);
         if (locked.record.paused) return locked.record;
         return this.deps.store.setSchedulePaused(client, { name, reason: 'operator', nextMs: null });
       }),
@@ -264,9 +262,7 @@ export class ScheduleCalls {
     return this.call(() =>
       this.inTransaction(async (client) => {
         const { store } = this.deps;
-        const locked = await store.lockSchedule(client, { name });
-        if (!locked) throw new JobStateError('SCHEDULE_NOT_FOUND', SCHEDULE_NOT_FOUND(name));
-        const { record, nowMs } = locked;
+        const { record, nowMs } = await this.lockExisting(client, name);
         if (!record.paused) return record;
         if (record.pausedReason === 'removed') throw new JobStateError('SCHEDULE_OWNED_BY_CODE', SCHEDULE_OWNED_BY_CODE(name, 'schedules.resume() of a schedule its code no longer declares'));
         const nextMs = tickClock('schedule', record.cron, record.tz).next(nowMs) ?? null;
@@ -330,6 +326,13 @@ export class ScheduleCalls {
     });
     if (outcome.written.length > 0 || outcome.paused.length > 0) this.deps.logger.log(SCHEDULES_DECLARED(queue, outcome.written, outcome.paused));
     return outcome;
+  }
+
+  /** The schedule's row, locked for the caller's transaction, with the database's now; SCHEDULE_NOT_FOUND when there is none. */
+  private async lockExisting(client: pg.PoolClient, name: string): Promise<{ record: ScheduleRecord; nowMs: number }> {
+    const locked = await this.deps.store.lockSchedule(client, { name });
+    if (!locked) throw new JobStateError('SCHEDULE_NOT_FOUND', SCHEDULE_NOT_FOUND(name));
+    return locked;
   }
 
   private inTransaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
