@@ -1,6 +1,6 @@
 -- 0011: recurring jobs (docs/recurring-jobs.md). A schedule is a row: every process's ticker reads
--- the due ones and, in one statement per schedule, inserts the tick's job and moves the schedule on
--- (see advanceSchedule in lib/engine/store/schedules.ts).
+-- the due ones and, in one statement per batch of them, inserts each tick's job and moves its schedule on
+-- (see advanceSchedules in lib/engine/store/schedules.ts).
 --
 -- Compatible with the previous version: new tables only, which older statements never name. An
 -- older process has no ticker, so it neither runs nor harms schedules.

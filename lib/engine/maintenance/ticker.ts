@@ -9,7 +9,7 @@ import { isTransientDatabaseError } from '../pg-errors.js';
 import { PeriodicRunner } from './runner.js';
 import { LOCKED_DUE_ROW_RETRY_MS } from './scheduler.js';
 import type { MaintenanceService } from './service.js';
-import type { DueSchedule, Store } from '../store/index.js';
+import type { AdvanceOutcome, DueSchedule, SchedulePlan, Store } from '../store/index.js';
 import type { PassSignals } from '../test-signals.js';
 
 export interface TickerConfig {
@@ -62,6 +62,13 @@ const TICK_PRUNE_BATCH = 1_000;
 /** Compiled patterns kept (a few per schedule at most: the key is the pattern and the zone). */
 const CLOCKS_MAX = 10_000;
 
+interface PlannedTick {
+  readonly schedule: DueSchedule;
+  readonly plan: SchedulePlan;
+  /** The walk was cut short: more of this schedule's ticks are due (the next pass follows at once). */
+  readonly more: boolean;
+}
+
 export interface TickResult {
   /** Schedules advanced by this process in the pass. */
   schedules: number;
@@ -73,9 +80,11 @@ export interface TickResult {
 /**
  * Runs recurring schedules (docs/recurring-jobs.md). Every process runs one, and all race for
  * each tick: a pass reads the due schedules, plans each one's ticks (planTicks: which run, which
- * were missed, the next one) and hands the plan to one statement (advanceSchedule) that locks the
- * schedule with SKIP LOCKED, claims the (schedule, tick) keys, inserts the jobs and moves the
- * schedule on, all or nothing. The process that locks the row first does it; the others find it
+ * were missed, the next one) and hands the batch's plans to one statement (advanceSchedules) that
+ * locks each schedule with SKIP LOCKED, claims the (schedule, tick) keys, inserts the jobs and
+ * moves the schedule on, all or nothing. One statement per batch, not per schedule: 100 schedules
+ * due each second were 100 commits (and WAL flushes) a second, which halved the throughput of the
+ * queue beside them (bench process.c10.tuned.schedules100). The process that locks the row first does it; the others find it
  * locked or already moved and do nothing, so a tick gets one job whatever the number of processes.
  * A process killed mid-statement leaves nothing: its transaction never commits, and the next pass
  * of any process finds the tick still due.
@@ -121,18 +130,33 @@ export class Ticker implements MaintenanceService {
     let again = false;
     for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
       const due = await this.store.dueSchedules(this.pool, { limit: this.config.batchSize });
+      const plans: PlannedTick[] = [];
       for (const schedule of due) {
         const retryAt = this.failing.get(schedule.name);
         if (retryAt !== undefined && retryAt > schedule.nowMs) continue;
-        const outcome = await this.tick(schedule);
-        if (outcome === 'contended') contended = true;
-        else if (outcome !== 'failed') {
-          result.schedules += 1;
-          result.enqueued += outcome.enqueued;
-          result.missed += outcome.missed;
-          result.skipped += outcome.skipped;
-          if (outcome.more) again = true;
+        const planned = this.plan(schedule);
+        if (planned) plans.push(planned);
+      }
+      const outcomes = await this.advance(plans);
+      for (const { schedule, plan, more } of plans) {
+        const outcome = outcomes.get(schedule.name);
+        if (outcome === 'failed') continue;
+        if (!outcome) {
+          contended = true;
+          continue;
         }
+        this.failing.delete(schedule.name);
+        result.schedules += 1;
+        result.enqueued += outcome.enqueued;
+        result.missed += plan.missed;
+        result.skipped += outcome.skipped;
+        if (more) again = true;
+        const { queue } = outcome;
+        if (outcome.enqueued > 0) this.metrics.increment('schedule_jobs_enqueued', { queue }, outcome.enqueued);
+        if (plan.missed > 0) this.metrics.increment('schedule_ticks_missed', { queue }, plan.missed);
+        if (outcome.skipped > 0) this.metrics.increment('schedule_ticks_skipped', { queue }, outcome.skipped);
+        const duplicates = plan.ticks.length - outcome.won;
+        if (duplicates > 0) this.logger.warn(SCHEDULE_TICKS_DUPLICATED(schedule.name, duplicates));
       }
       if (due.length < this.config.batchSize) break;
       if (batch === this.config.maxBatchesPerPass - 1) again = true;
@@ -149,39 +173,53 @@ export class Ticker implements MaintenanceService {
     return result;
   }
 
-  private async tick(schedule: DueSchedule): Promise<'contended' | 'failed' | { enqueued: number; missed: number; skipped: number; more: boolean }> {
+  /** A due schedule's plan, or undefined (logged, left alone for a while) when its pattern no longer parses. */
+  private plan(schedule: DueSchedule): PlannedTick | undefined {
     try {
-      const clock = this.clock(schedule.cron, schedule.tz);
-      const plan = planTicks(clock, schedule.nextTickMs, schedule.nowMs, {
+      const tickPlan = planTicks(this.clock(schedule.cron, schedule.tz), schedule.nextTickMs, schedule.nowMs, {
         policy: schedule.missedPolicy,
         missedAfterMs: schedule.missedAfterMs,
         maxMissedRuns: schedule.maxMissedRuns,
       });
-      const outcome = await this.store.advanceSchedule(this.pool, {
-        name: schedule.name,
-        expectedMs: schedule.nextTickMs,
-        ticks: plan.run,
-        missed: plan.missed,
-        nextMs: plan.next ?? null,
-        channel: this.channel,
-      });
-      this.failing.delete(schedule.name);
-      if (!outcome.advanced) return 'contended';
-      const queue = outcome.queue ?? '';
-      if (outcome.enqueued > 0) this.metrics.increment('schedule_jobs_enqueued', { queue }, outcome.enqueued);
-      if (plan.missed > 0) this.metrics.increment('schedule_ticks_missed', { queue }, plan.missed);
-      if (outcome.skipped > 0) this.metrics.increment('schedule_ticks_skipped', { queue }, outcome.skipped);
-      const duplicates = plan.run.length - outcome.won;
-      if (duplicates > 0) this.logger.warn(SCHEDULE_TICKS_DUPLICATED(schedule.name, duplicates));
-      return { enqueued: outcome.enqueued, missed: plan.missed, skipped: outcome.skipped, more: plan.more };
+      const plan: SchedulePlan = { name: schedule.name, expectedMs: schedule.nextTickMs, ticks: tickPlan.run, missed: tickPlan.missed, nextMs: tickPlan.next ?? null };
+      return { schedule, plan, more: tickPlan.more };
     } catch (error) {
-      // The database away fails the pass (the runner logs it, bounded, and retries): every
-      // schedule would fail the same way. Anything else is this schedule's own problem.
-      if (isTransientDatabaseError(error)) throw error;
-      this.failing.set(schedule.name, schedule.nowMs + FAILED_SCHEDULE_RETRY_MS);
-      this.logger.error(SCHEDULE_TICK_FAILED(schedule.name, (error as Error).message));
-      return 'failed';
+      this.fail(schedule, error);
+      return undefined;
     }
+  }
+
+  /**
+   * The batch's plans in one statement. One schedule's row that makes the statement fail (a hand
+   * edit a CHECK refuses) would fail every pass for every schedule, so a batch that fails for a
+   * reason other than the database being away is tried again a schedule at a time, and only the
+   * failing one is left alone for a while (logged).
+   */
+  private async advance(plans: readonly PlannedTick[]): Promise<Map<string, AdvanceOutcome | 'failed'>> {
+    if (plans.length === 0) return new Map();
+    try {
+      return await this.store.advanceSchedules(this.pool, { plans: plans.map((p) => p.plan), channel: this.channel });
+    } catch (error) {
+      // The database away fails the pass (the runner logs it, bounded, and retries).
+      if (isTransientDatabaseError(error)) throw error;
+    }
+    const outcomes = new Map<string, AdvanceOutcome | 'failed'>();
+    for (const planned of plans) {
+      try {
+        const one = await this.store.advanceSchedules(this.pool, { plans: [planned.plan], channel: this.channel });
+        for (const [name, outcome] of one) outcomes.set(name, outcome);
+      } catch (error) {
+        if (isTransientDatabaseError(error)) throw error;
+        this.fail(planned.schedule, error);
+        outcomes.set(planned.schedule.name, 'failed');
+      }
+    }
+    return outcomes;
+  }
+
+  private fail(schedule: DueSchedule, error: unknown): void {
+    this.failing.set(schedule.name, schedule.nowMs + FAILED_SCHEDULE_RETRY_MS);
+    this.logger.error(SCHEDULE_TICK_FAILED(schedule.name, (error as Error).message));
   }
 
   private clock(pattern: string, tz: string): TickClock {

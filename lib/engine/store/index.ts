@@ -28,7 +28,7 @@ export type { EnqueueRow } from './enqueue.js';
 export type { ReapedJob } from './maintenance.js';
 export type { BegunEffect } from './effects.js';
 export type { QueueFigures, UnfinishedGroup } from './reads.js';
-export type { AdvanceOutcome, DueSchedule, ScheduleDefinition } from './schedules.js';
+export type { AdvanceOutcome, DueSchedule, ScheduleDefinition, SchedulePlan } from './schedules.js';
 export { listen, ping } from './listener.js';
 
 function allStatements(schemaName: string, options: StoreOptions) {

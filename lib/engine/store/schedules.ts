@@ -39,10 +39,20 @@ export interface DueSchedule {
   nowMs: number;
 }
 
+/** What the ticker asks of one due schedule in a pass. */
+export interface SchedulePlan {
+  name: string;
+  /** The next tick the plan was made from: the schedule moves on only if it is still that. */
+  expectedMs: number;
+  /** The ticks whose job to insert. */
+  ticks: readonly number[];
+  missed: number;
+  nextMs: number | null;
+}
+
+/** One schedule the statement advanced (one it did not, another process holds or moved: absent). */
 export interface AdvanceOutcome {
-  /** false: another process advanced or holds the schedule (or it changed): nothing was done. */
-  advanced: boolean;
-  queue: string | null;
+  queue: string;
   enqueued: number;
   skipped: number;
   /** The planned ticks whose key this statement claimed; the others already had a row (never a second job). */
@@ -173,81 +183,93 @@ export function scheduleStatements({ define, s, jobs, status }: StatementContext
     ),
 
     /**
-     * The tick statement: one statement per schedule and pass, so what it does is all or nothing.
+     * The tick statement: the plans of a pass's due schedules in one statement (one commit and one
+     * WAL flush per pass, not per schedule), each schedule's part all or nothing.
      *
-     * - `s` takes the schedule's row only if its next tick is still `$2` (what the ticker planned
-     *   from) and it is active, with SKIP LOCKED: processes racing the same tick do not queue up
-     *   behind the winner, they find nothing and move on; a plan made from a stale read changes nothing.
+     * - `s` takes each planned schedule's row only if its next tick is still the one the ticker
+     *   planned from and it is active, with SKIP LOCKED: processes racing the same ticks do not
+     *   queue up behind the winner, they find those rows gone and move on; a plan made from a stale
+     *   read changes nothing (the compare is re-checked on the row's newest version).
      * - `busy`: without `overlap`, the previous tick's job still scheduled, pending or running
-     *   makes every tick of this pass a skipped one (counted, no job).
+     *   makes every tick of the schedule in this pass a skipped one (counted, no job).
      * - `won` claims the (schedule, tick) keys first, ON CONFLICT DO NOTHING: a tick that already
      *   has a row never gets a second job, whatever moved the schedule back. The job's id is drawn
      *   here (the jobs' identity sequence), so the key row names its job.
-     * - `inserted` adds the jobs of the ticks it won, due at their tick (so a late tick is first
-     *   in line, and claim_wait shows how late it ran), and `advanced` moves the schedule on: its
-     *   next tick, the last one handled, its last job and its counts. `woken` wakes the queue's
-     *   workers when the transaction commits.
+     * - `inserted` adds the jobs of the ticks won, due at their tick (a late tick is first in line,
+     *   and claim_wait shows how late it ran); `advanced` moves each schedule on: its next tick,
+     *   the last one handled, its last job and its counts. `woken` wakes each queue's workers once,
+     *   when the transaction commits.
      *
-     * $1 name, $2 the expected next tick, $3 the ticks to run (ISO), $4 ticks missed, $5 the new
-     * next tick (NULL: none left), $6 the channel.
+     * $1-$4 per schedule: name, the expected next tick, ticks missed, the new next tick (NULL: none
+     * left); $5-$6 per tick to run: its schedule's name, the tick (ISO); $7 the channel.
      */
-    advanceSchedule: define(
-      'advance-schedule',
-      `WITH s AS (
-         SELECT sc.name, sc.queue_name, sc.payload, sc.priority, sc.max_attempts, sc.max_runtime_ms, sc.group_key, sc.overlap, sc.last_job_id
-         FROM ${s}.schedules sc
-         WHERE sc.name = $1 AND sc.next_tick_at = $2::timestamptz AND sc.paused_at IS NULL
-         FOR UPDATE SKIP LOCKED
+    advanceSchedules: define(
+      'advance-schedules',
+      `WITH plan AS (
+         SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::timestamptz[]) AS p(name, expected, missed, next)
+       ), s AS (
+         SELECT sc.name, sc.queue_name, sc.payload, sc.priority, sc.max_attempts, sc.max_runtime_ms, sc.group_key, sc.overlap,
+                sc.last_job_id, p.missed, p.next
+         FROM ${s}.schedules sc JOIN plan p ON p.name = sc.name
+         WHERE sc.next_tick_at = p.expected AND sc.paused_at IS NULL
+         ORDER BY sc.name
+         FOR UPDATE OF sc SKIP LOCKED
        ), busy AS (
-         SELECT NOT s.overlap AND EXISTS (
+         SELECT s.name, NOT s.overlap AND EXISTS (
                   SELECT 1 FROM ${jobs} j WHERE j.id = s.last_job_id AND j.status IN ('scheduled', 'pending', 'running')
                 ) AS b
          FROM s
        ), won AS (
          INSERT INTO ${s}.schedule_ticks (schedule_name, tick_at, job_id, skipped)
-         SELECT s.name, t.tick, CASE WHEN busy.b THEN NULL ELSE nextval(pg_get_serial_sequence('${jobs}', 'id')) END, busy.b
-         FROM s CROSS JOIN busy CROSS JOIN unnest($3::timestamptz[]) AS t(tick)
-         ORDER BY t.tick
+         SELECT t.name, t.tick, CASE WHEN busy.b THEN NULL ELSE nextval(pg_get_serial_sequence('${jobs}', 'id')) END, busy.b
+         FROM unnest($5::text[], $6::timestamptz[]) AS t(name, tick) JOIN busy ON busy.name = t.name
+         ORDER BY t.name, t.tick
          ON CONFLICT (schedule_name, tick_at) DO NOTHING
-         RETURNING tick_at, job_id, skipped
+         RETURNING schedule_name, tick_at, job_id, skipped
        ), inserted AS (
          INSERT INTO ${jobs} (id, queue_name, payload, priority, status, available_at, max_attempts, max_runtime_ms, group_key)
          OVERRIDING SYSTEM VALUE
          SELECT w.job_id, s.queue_name, s.payload, s.priority, 'pending'::${status}, w.tick_at, s.max_attempts, s.max_runtime_ms, s.group_key
-         FROM won w CROSS JOIN s
+         FROM won w JOIN s ON s.name = w.schedule_name
          WHERE w.job_id IS NOT NULL
-         ORDER BY w.tick_at
+         ORDER BY w.job_id
          RETURNING id
+       ), per AS (
+         SELECT w.schedule_name AS name, max(w.tick_at) AS last_tick, max(w.job_id) AS last_job,
+                count(w.job_id) AS run, count(*) FILTER (WHERE w.skipped) AS skipped, count(*) AS won
+         FROM won w GROUP BY w.schedule_name
        ), advanced AS (
          UPDATE ${s}.schedules AS sc
-         SET next_tick_at = $5::timestamptz,
-             last_tick_at = coalesce((SELECT max(tick_at) FROM won), sc.last_tick_at),
-             last_job_id = coalesce((SELECT max(id) FROM inserted), sc.last_job_id),
-             ticks_run = sc.ticks_run + (SELECT count(*) FROM inserted),
-             ticks_skipped = sc.ticks_skipped + (SELECT count(*) FROM won WHERE skipped),
-             ticks_missed = sc.ticks_missed + $4,
+         SET next_tick_at = s.next,
+             last_tick_at = coalesce(per.last_tick, sc.last_tick_at),
+             last_job_id = coalesce(per.last_job, sc.last_job_id),
+             ticks_run = sc.ticks_run + coalesce(per.run, 0),
+             ticks_skipped = sc.ticks_skipped + coalesce(per.skipped, 0),
+             ticks_missed = sc.ticks_missed + s.missed,
              updated_at = now()
-         FROM s
+         FROM s LEFT JOIN per ON per.name = s.name
          WHERE sc.name = s.name
-         RETURNING sc.name
+         RETURNING sc.name, sc.queue_name, coalesce(per.run, 0)::int AS enqueued, coalesce(per.skipped, 0)::int AS skipped, coalesce(per.won, 0)::int AS won
        ), woken AS (
-         SELECT pg_notify($6, s.queue_name) FROM s WHERE EXISTS (SELECT 1 FROM inserted)
+         SELECT count(pg_notify($7, q.queue_name)) AS n
+         FROM (SELECT DISTINCT a.queue_name FROM advanced a WHERE a.enqueued > 0) q
        )
-       SELECT (SELECT count(*) FROM advanced)::int AS advanced, (SELECT queue_name FROM s) AS queue,
-              (SELECT count(*) FROM inserted)::int AS enqueued, (SELECT count(*) FROM won WHERE skipped)::int AS skipped,
-              (SELECT count(*) FROM won)::int AS won, (SELECT count(*) FROM woken)::int AS woken`,
-      (p: { name: string; expectedMs: number; ticks: readonly number[]; missed: number; nextMs: number | null; channel: string }) => [
-        p.name,
-        iso(p.expectedMs),
-        p.ticks.map((t) => iso(t)),
-        p.missed,
-        iso(p.nextMs),
-        p.channel,
-      ],
-      (rows: { advanced: number; queue: string | null; enqueued: number; skipped: number; won: number }[]): AdvanceOutcome => {
-        const r = rows[0]!;
-        return { advanced: r.advanced > 0, queue: r.queue, enqueued: r.enqueued, skipped: r.skipped, won: r.won };
+       SELECT a.name, a.queue_name AS queue, a.enqueued, a.skipped, a.won
+       FROM advanced a CROSS JOIN woken`,
+      (p: { plans: readonly SchedulePlan[]; channel: string }) => {
+        const ticks = p.plans.flatMap((plan) => plan.ticks.map((t) => [plan.name, iso(t)] as const));
+        return [
+          p.plans.map((plan) => plan.name),
+          p.plans.map((plan) => iso(plan.expectedMs)),
+          p.plans.map((plan) => plan.missed),
+          p.plans.map((plan) => iso(plan.nextMs)),
+          ticks.map(([name]) => name),
+          ticks.map(([, tick]) => tick),
+          p.channel,
+        ];
       },
+      (rows: { name: string; queue: string; enqueued: number; skipped: number; won: number }[]): Map<string, AdvanceOutcome> =>
+        new Map(rows.map((r) => [r.name, { queue: r.queue, enqueued: r.enqueued, skipped: r.skipped, won: r.won }])),
     ),
 
     /** Tick rows handled longer ago than the retention, a bounded batch: how many it deleted. */
