@@ -105,6 +105,8 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
   let started = false;
   let sideTable = false;
   let parentWorker = false;
+  /** The schedules variant: its ticks' jobs (in OTHER_QUEUE) are not the measured queue's. */
+  let onlyMeasuredQueue = false;
 
   // The `defined` variants: the same queue through a defineJob with a zod schema (validation on at
   // enqueue and before each handler). Builds without defineJob skip them.
@@ -155,6 +157,13 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
         { ...handlerOptions({ concurrency, settings }), ...variant.worker },
         { claimed: (n) => claims.push(n) },
       );
+      // The schedules variant: runtime schedules every second into a queue without a handler, so
+      // the ticker of this process inserts their jobs while the measured queue is processed.
+      for (let n = 0; n < (variant.schedules ?? 0); n++) {
+        if (!queue.schedules) throw new Error('this build has no recurring schedules: the schedules variants need them');
+        await queue.schedules.upsert({ name: `bench-${n}`, queue: OTHER_QUEUE, cron: '* * * * * *', overlap: true, payload: { n } });
+        onlyMeasuredQueue = true;
+      }
       started = true;
       await queue.start();
     },
@@ -193,7 +202,10 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
     },
 
     async counts() {
-      const { rows } = await queue.pool.query(`SELECT status::text AS state, count(*)::int AS n FROM "${schema}".jobs GROUP BY 1`);
+      const { rows } = await queue.pool.query(
+        `SELECT status::text AS state, count(*)::int AS n FROM "${schema}".jobs WHERE NOT $1 OR queue_name = $2 GROUP BY 1`,
+        [onlyMeasuredQueue, QUEUE],
+      );
       const counts = normalize(rows, 'succeeded');
       if (sideTable) {
         const { rows: sideCount } = await queue.pool.query(`SELECT count(*)::int AS n FROM ${side}`);

@@ -248,6 +248,12 @@ const scenarios = [
         openOptions: await module.resolveOpen({ url: benchUrl, schema, settings: 'tuned' }),
       }),
   },
+  // Engine only, against process.c10.tuned: the same run with 100 recurring schedules ticking
+  // every second (the worst case: 100 tick statements and jobs a second, in another queue nobody handles).
+  processingScenario('process_tuned_schedules100', `process.c${CONCURRENCY}.tuned.schedules100`, 'tuned', {
+    schedules: 100,
+    description: 'no-op, beside 100 recurring schedules every second (docs/recurring-jobs.md) whose jobs go to another queue',
+  }),
   { ...processingScenario('process_defaults', `process.c${CONCURRENCY}.defaults`, 'defaults'), headline: true },
   ...[10, 100, 500].map((prefetch) => processingScenario(`process_pf${prefetch}`, `process.c${CONCURRENCY}.pf${prefetch}`, { prefetch })),
   // Engine-only variants at prefetch 100, each against process.c10.pf100 (the default claim:

@@ -7,6 +7,7 @@ export { PgQueueExceptionFilter, pgQueueErrorStatus, type PgQueueErrorBody, type
 export type { PgQueueModuleExtras } from './pg-queue.module-definition.js';
 export { JobHandler } from './job-handler.decorator.js';
 export { Processor, type JobProcessor } from './processor.decorator.js';
+export { Recurring } from './recurring.decorator.js';
 export { OnQueueEvent, type QueueEvent, type QueueEventType, type QueueEventSource, type ClusterQueueEvent } from './on-queue-event.decorator.js';
 export {
   QueueService,
@@ -107,6 +108,16 @@ export {
   type DeadJobSummary,
   type EngineStats,
   type ProcessStats,
+  type ScheduleCalls,
+  type ScheduleInput,
+  type ScheduleFilter,
+  type ScheduleRecord,
+  type ScheduleStats,
+  type ScheduleQueueStats,
+  type LateSchedule,
+  type RecurringOptions,
+  type CodeScheduleOptions,
+  type MissedPolicy,
   type QueueStats,
   type QueueCounts,
   type LiveJobStatus,

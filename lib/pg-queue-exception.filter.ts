@@ -23,6 +23,8 @@ const STATE_ERROR_STATUS: Record<JobStateError['code'], HttpStatus> = {
   JOB_NOT_DEAD: HttpStatus.CONFLICT,
   JOB_NOT_CANCELLABLE: HttpStatus.CONFLICT,
   JOB_NOT_FINISHED: HttpStatus.CONFLICT,
+  SCHEDULE_NOT_FOUND: HttpStatus.NOT_FOUND,
+  SCHEDULE_OWNED_BY_CODE: HttpStatus.CONFLICT,
 };
 
 const REASON: Partial<Record<HttpStatus, string>> = {
@@ -50,8 +52,8 @@ interface StatusReply {
  * The queue's errors as HTTP answers, so controllers just call `QueueService` or a `Queue`:
  *
  * - `InvalidJobError`, `InvalidOptionError` (a bad job, payload, id, cursor or limit) → 400;
- * - `JobStateError` `JOB_NOT_FOUND`, `QUEUE_NOT_FOUND` → 404;
- * - any other `JobStateError` (`JOB_NOT_DEAD`, `JOB_NOT_CANCELLABLE`, `JOB_NOT_FINISHED`) → 409;
+ * - `JobStateError` `JOB_NOT_FOUND`, `QUEUE_NOT_FOUND`, `SCHEDULE_NOT_FOUND` → 404;
+ * - any other `JobStateError` (`JOB_NOT_DEAD`, `JOB_NOT_CANCELLABLE`, `JOB_NOT_FINISHED`, `SCHEDULE_OWNED_BY_CODE`) → 409;
  * - `DatabaseUnavailableError`, `DatabaseTimeoutError`, `DatabaseConnectionError` (the database
  *   refuses this app's credentials, database or TLS settings), `EngineStoppedError` (a request
  *   during shutdown) → 503: the request was fine, the service cannot serve it now.

@@ -15,6 +15,8 @@ export type PgQueueHealthDetails = {
   oldestClaimableAgeMs: number | null;
   /** The queue that job is in (null: nothing waits). */
   oldestClaimableQueue: string | null;
+  /** The most late active recurring schedule (a tick due over a second and not handled), or null. */
+  mostLateSchedule: { name: string; queue: string; lateMs: number } | null;
   /** The LISTEN connection (wake-ups), listening once it hears its probe NOTIFY; without it workers only poll. */
   listener: { listening: boolean; downForMs: number } | null;
   /** The thresholds this check applied. */
@@ -31,7 +33,7 @@ export type PgQueueHealthResult<Key extends string = typeof HEALTH_KEY_DEFAULT> 
  * The queue's health, by age (the reference's rule: alert on how long the oldest claimable job has
  * waited, not on how many there are): down when an unpaused queue's oldest claimable job has waited
  * longer than `maxClaimableAgeMs`, when the LISTEN connection has been down longer than
- * `maxListenerDownMs`, or when the database does not answer within `timeoutMs`. Paused queues are
+ * `maxListenerDownMs`, when a recurring schedule's tick has been due longer than `maxScheduleLateMs`, or when the database does not answer within `timeoutMs`. Paused queues are
  * exempt from the age check. Thresholds come from the module's `health` option; a call's
  * arguments override them field by field.
  *
@@ -73,18 +75,20 @@ export class PgQueueHealthIndicator {
             : error instanceof DatabaseTimeoutError
               ? HEALTH_NO_ANSWER(error.timeoutMs)
               : HEALTH_FAILED((error as Error).message);
-      return result({ status: 'down', problems: [problem], oldestClaimableAgeMs: null, oldestClaimableQueue: null, listener: null });
+      return result({ status: 'down', problems: [problem], oldestClaimableAgeMs: null, oldestClaimableQueue: null, mostLateSchedule: null, listener: null });
     }
     let oldest: { queue: string; ageMs: number } | undefined;
     for (const q of report.stats.queues) {
       if (q.paused || q.oldestClaimableAgeMs === null) continue;
       if (!oldest || q.oldestClaimableAgeMs > oldest.ageMs) oldest = { queue: q.queue, ageMs: q.oldestClaimableAgeMs };
     }
+    const late = report.stats.schedules.late[0];
     return result({
       status: report.healthy ? 'up' : 'down',
       problems: report.problems,
       oldestClaimableAgeMs: oldest ? Math.round(oldest.ageMs) : null,
       oldestClaimableQueue: oldest?.queue ?? null,
+      mostLateSchedule: late ? { name: late.name, queue: late.queue, lateMs: late.lateMs } : null,
       listener: { listening: report.stats.listener.listening, downForMs: report.stats.listener.downForMs },
     });
   }

@@ -10,6 +10,9 @@ export const JOB_HANDLER_METADATA = 'pg-queue:job-handler';
 /** Metadata key of `@Processor()` (on a class). */
 export const PROCESSOR_METADATA = 'pg-queue:processor';
 
+/** Metadata key of `@Recurring()` (on a handler's method, or a `@Processor` class): a list. */
+export const RECURRING_METADATA = 'pg-queue:recurring';
+
 /** Metadata key of `@OnQueueEvent()`. */
 export const QUEUE_EVENT_METADATA = 'pg-queue:queue-event';
 

@@ -70,3 +70,7 @@ export const INTERVAL_TAKEN_FIX = () =>
 
 export const EVENT_LISTENER_FAILED = (where: string, type: string, message: string) =>
   `@OnQueueEvent('${type}') ${where} failed: ${message.slice(0, 300)}. The job's transition is not affected.`;
+
+export const RECURRING_WITHOUT_HANDLER = (method: string) => `${method} has @Recurring but no @JobHandler: its ticks would have no queue`;
+
+export const RECURRING_WITHOUT_HANDLER_FIX = () => 'Put @Recurring on the @JobHandler method of the queue it runs (or on a @Processor class).';

@@ -34,6 +34,7 @@ import {
   type Throughput,
   type JobEffectRecord,
   type ReplayOutcome,
+  type ScheduleCalls,
 } from './engine/index.js';
 import { clusterEvents$, jobEvents$ } from './nest/job-events.js';
 import { PG_QUEUE_ENGINE } from './pg-queue.constants.js';
@@ -322,6 +323,16 @@ export class QueueService {
    */
   stopProcessing(): Promise<void> {
     return this.module('stopProcessing').stopProcessing();
+  }
+
+  /**
+   * Recurring jobs' schedules, as rows (docs/recurring-jobs.md): `upsert` and `remove` schedules
+   * created at run time (per tenant: never touched by deploys), `list` and `get` every schedule with
+   * its next and last tick and its run, missed and skipped counts, `pause` and `resume` any.
+   * Code schedules are declared with `@Recurring`.
+   */
+  get schedules(): ScheduleCalls {
+    return this.engine.schedules;
   }
 
   /** Whether this process's workers are running. */

@@ -269,6 +269,10 @@ const stats: EngineStats = {
   workers: [{ queue: 'docs', busy: 0, total: 1 }],
   recentWindowMs: 60_000,
   database: { connections: 1, lockWaits: 0 },
+  schedules: {
+    queues: [{ queue: 'docs', active: 1, paused: 0, maxLateMs: 0, nextTickAt: new Date(), lastTickAt: null, ticks: { run: 0, missed: 0, skipped: 0 } }],
+    late: [],
+  },
   queues: [
     {
       queue: 'docs',

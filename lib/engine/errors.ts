@@ -228,10 +228,14 @@ export class HandlerUsageError extends PgQueueError {
   }
 }
 
-/** An operator's request does not fit the job's state (replay of a job that is not dead, …). */
+/**
+ * An operator's request does not fit the job's state (replay of a job that is not dead, …), or the
+ * schedule's: none of that name (`SCHEDULE_NOT_FOUND`), or one the code declares, which only a deploy
+ * changes (`SCHEDULE_OWNED_BY_CODE`).
+ */
 export class JobStateError extends PgQueueError {
   constructor(
-    readonly code: 'JOB_NOT_FOUND' | 'JOB_NOT_DEAD' | 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_FINISHED' | 'QUEUE_NOT_FOUND',
+    readonly code: 'JOB_NOT_FOUND' | 'JOB_NOT_DEAD' | 'JOB_NOT_CANCELLABLE' | 'JOB_NOT_FINISHED' | 'QUEUE_NOT_FOUND' | 'SCHEDULE_NOT_FOUND' | 'SCHEDULE_OWNED_BY_CODE',
     message: string,
   ) {
     super(message);

@@ -21,6 +21,7 @@ export {
   type EngineStats,
   type ProcessStats,
 } from './pg-queue.js';
+export type { ScheduleRecord, ScheduleStats, ScheduleQueueStats, LateSchedule } from './records.js';
 export { OPERATOR_BATCH_MAX, LIST_JOBS_MAX } from './operator.js';
 export { BROWSABLE_STATUSES, BROWSE_WALK_MAX } from './store/index.js';
 export type { MaintenanceService, FixedIntervalPass, HostablePass } from './maintenance/service.js';
@@ -90,6 +91,9 @@ export { PRUNER_DEFAULTS, type PrunerConfig } from './maintenance/pruner.js';
 export { HANDLER_DEFAULTS, type WorkerHooks } from './worker.js';
 export { REAPER_DEFAULTS, type ReaperConfig, type ReapResult } from './maintenance/reaper.js';
 export { SCHEDULER_DEFAULTS, type SchedulerConfig } from './maintenance/scheduler.js';
+export { TICKER_DEFAULTS, type TickerConfig } from './maintenance/ticker.js';
+export { ScheduleCalls, type CodeScheduleOptions, type RecurringOptions, type ScheduleFilter, type ScheduleInput } from './recurring.js';
+export { MISSED_POLICIES, type MissedPolicy } from './cron.js';
 export { NOTIFIER_DEFAULTS, type NotifierConfig } from './notifier.js';
 export { migrate, type MigrationMode, type MigrateOptions, type MigrationReport } from './migrator.js';
 export { DEFAULT_SCHEMA } from './identifiers.js';

@@ -3,6 +3,7 @@ import type { KeyHandoffs } from './maintenance/key-handoffs.js';
 import type { Pruner } from './maintenance/pruner.js';
 import type { Reaper } from './maintenance/reaper.js';
 import type { Scheduler } from './maintenance/scheduler.js';
+import type { Ticker } from './maintenance/ticker.js';
 import type { EngineMetrics } from './metrics.js';
 import type { Notifier } from './notifier.js';
 import type { Worker } from './worker.js';
@@ -22,6 +23,7 @@ export interface EngineInternals {
   readonly scheduler: Scheduler;
   readonly pruner: Pruner | undefined;
   readonly keyHandoffs: KeyHandoffs;
+  readonly ticker: Ticker | undefined;
   worker(queue: string): Worker | undefined;
 }
 

@@ -332,3 +332,27 @@ export const STOPPED_DURING_START = () => 'stop() was called while start() was i
 
 export const ENGINE_STOPPED = () =>
   'The queue engine has stopped (stop() was called, or start() failed) and its pool is closed. Whatever made this call outlived it (a timer, a request during shutdown): stop it, or create and start a new PgQueue.';
+
+// Recurring jobs (docs/recurring-jobs.md).
+
+export const SCHEDULE_NOT_FOUND = (name: string) => `There is no schedule named ${JSON.stringify(name)}. List them with schedules.list().`;
+
+export const SCHEDULE_OWNED_BY_CODE = (name: string, what: string) =>
+  `Schedule ${JSON.stringify(name)} is declared in code (@Recurring): only a deploy changes it, so ${what} is refused. Change or remove the decorator; an operator may pause and resume it.`;
+
+export const SCHEDULE_NAME_TAKEN = (name: string, queue: string, takenBy: string) =>
+  `Schedule ${JSON.stringify(name)} of queue "${queue}" is not declared: the name belongs to ${takenBy}. Give the @Recurring a name of its own ({ name }).`;
+
+export const SCHEDULES_OUTRANKED = (queue: string, seenAt: Date, newestAt: Date) =>
+  `The schedules this process declares for queue "${queue}" (first seen ${seenAt.toISOString()}) are older than the ones in force (first seen ${newestAt.toISOString()}): a newer release declared them, so these are left as they are. After a rollback or to bring back an earlier definition, raise its version ({ version }).`;
+
+export const SCHEDULES_DECLARED = (queue: string, written: readonly string[], paused: readonly string[]) =>
+  `Schedules of queue "${queue}": ${written.length ? `declared ${written.join(', ')}` : 'none changed'}${paused.length ? `; paused ${paused.join(', ')} (no longer declared in code)` : ''}.`;
+
+export const SCHEDULE_WITHOUT_HANDLER = (name: string, queue: string) =>
+  `the recurring schedule ${JSON.stringify(name)} is for queue "${queue}", which has no handler in this process`;
+
+export const SCHEDULE_TICK_FAILED = (name: string, reason: string) => `Schedule ${JSON.stringify(name)}: its tick failed (${reason}); it is tried again in a minute.`;
+
+export const SCHEDULE_TICKS_DUPLICATED = (name: string, ticks: number) =>
+  `Schedule ${JSON.stringify(name)}: ${ticks} tick(s) already had a job (their unique key refused a second one); the schedule was moved back since they ran.`;

@@ -51,7 +51,10 @@ export type CounterName =
   /** Job events sent to the other processes (`events.crossProcess`), in NOTIFYs that committed. */
   | 'cluster_events_published'
   /** Job events not sent to the other processes, by reason: the buffer was full, or the NOTIFY failed. */
-  | 'cluster_events_dropped';
+  | 'cluster_events_dropped'
+  | 'schedule_jobs_enqueued'
+  | 'schedule_ticks_missed'
+  | 'schedule_ticks_skipped';
 
 /** Hears every job event of this process, synchronously, as it happens: keep it quick. */
 export type JobEventListener = (event: JobEvent) => void;
@@ -259,6 +262,8 @@ export class EngineMetrics {
   handles(queue: string): void {
     const zero = (name: CounterName, labels: Labels) => this.increment(name, labels, 0);
     for (const name of ['jobs_claimed', 'jobs_succeeded', 'jobs_released', 'jobs_rate_limited', 'heartbeats', 'heartbeat_failures', 'claim_queries'] as const) zero(name, { queue });
+    // Any process's ticker may run a queue's schedules: the queue's handlers are where they are watched.
+    for (const name of ['schedule_jobs_enqueued', 'schedule_ticks_missed', 'schedule_ticks_skipped'] as const) zero(name, { queue });
     for (const reason of FENCE_LOSS_REASONS) for (const operation of LEASE_OPERATIONS) zero('lease_lost', { queue, reason, operation });
     for (const code of LEASE_EXPIRED_CODES) zero('lease_expired', { queue, code });
   }

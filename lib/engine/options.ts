@@ -14,6 +14,7 @@ import { MAX_PAYLOAD_BYTES_DEFAULT } from './json.js';
 import { PRUNER_OPTIONS, type PrunerConfig } from './maintenance/pruner.js';
 import { REAPER_OPTIONS, type ReaperConfig } from './maintenance/reaper.js';
 import { SCHEDULER_OPTIONS, type SchedulerConfig } from './maintenance/scheduler.js';
+import { TICKER_OPTIONS, type TickerConfig } from './maintenance/ticker.js';
 import { CLIENT_TIMEOUT_SLACK_MS, STATEMENT_TIMEOUT_DEFAULT_MS } from './store/statement.js';
 import type { HandlerOptions } from './types.js';
 import { HANDLER_OPTIONS } from './worker.js';
@@ -57,6 +58,11 @@ export interface PgQueueOptions {
   scheduler?: Partial<SchedulerConfig>;
   /** Retention of succeeded jobs; `false` keeps them forever. */
   pruner?: Partial<PrunerConfig> | false;
+  /**
+   * The pass that runs recurring schedules (docs/recurring-jobs.md); `false`: this process runs
+   * no ticks (the others do; a schedule is late only when no process runs one).
+   */
+  ticker?: Partial<TickerConfig> | false;
   /** The LISTEN connection's reconnect backoff and its probe (see NOTIFIER_DEFAULTS). */
   notifier?: Partial<NotifierConfig>;
   completer?: Partial<CompleterConfig>;
@@ -110,11 +116,12 @@ export const MAX_FREE_RELEASES_DEFAULT = 3;
 export const STARTUP_RETRY_DEFAULT_MS = 30_000;
 
 /** What the engine's constructor works with: every option with a default has its value. */
-export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'notifier' | 'completer' | 'keyHandoffs' | 'flows' | 'events' | 'handlerDefaults'> &
+export type ResolvedEngineOptions = Omit<PgQueueOptions, 'reaper' | 'scheduler' | 'pruner' | 'ticker' | 'notifier' | 'completer' | 'keyHandoffs' | 'flows' | 'events' | 'handlerDefaults'> &
   Required<Pick<PgQueueOptions, 'poolSize' | 'preparedStatements' | 'schema' | 'migrations' | 'pollIntervalMs' | 'wakeCooldownMs' | 'maxPayloadBytes' | 'maxFreeReleases' | 'statementTimeoutMs' | 'failureLogIntervalMs' | 'startupRetryMs'>> & {
     reaper: ReaperConfig;
     scheduler: SchedulerConfig;
     pruner: PrunerConfig | false;
+    ticker: TickerConfig | false;
     notifier: NotifierConfig;
     completer: CompleterConfig;
     keyHandoffs: KeyHandoffsConfig;
@@ -144,6 +151,7 @@ export const ENGINE_OPTIONS = section<PgQueueOptions>(
     reaper: nested(REAPER_OPTIONS),
     scheduler: nested(SCHEDULER_OPTIONS),
     pruner: nested(PRUNER_OPTIONS, true),
+    ticker: nested(TICKER_OPTIONS, true),
     notifier: nested(NOTIFIER_OPTIONS),
     completer: nested(COMPLETER_OPTIONS),
     keyHandoffs: nested(KEY_HANDOFFS_OPTIONS),

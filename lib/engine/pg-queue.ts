@@ -34,6 +34,8 @@ import {
 import { Pruner } from './maintenance/pruner.js';
 import { Reaper, type ReapResult } from './maintenance/reaper.js';
 import { Scheduler } from './maintenance/scheduler.js';
+import { Ticker, TICKER_DEFAULTS, type TickerConfig } from './maintenance/ticker.js';
+import { codeSchedule, ScheduleCalls, type CodeSchedule, type CodeScheduleOptions } from './recurring.js';
 import { Maintainer } from './maintenance/maintainer.js';
 import type { HostablePass } from './maintenance/service.js';
 import { ENGINE_INTERNALS, type EngineInternals } from './internals.js';
@@ -51,6 +53,7 @@ import {
   METRICS_SNAPSHOT_FAILED,
   POOL_NOT_CLOSED,
   PREPARED_STATEMENT_REFUSED,
+  SCHEDULE_WITHOUT_HANDLER,
   QUEUE_NAME_FIX,
   QUEUE_NAME_INVALID,
   STARTED_TWICE,
@@ -93,6 +96,8 @@ const KEEPALIVE_INITIAL_DELAY_MS = 10_000;
 const IDLE_POOL_CONNECTION = 'Idle pool connection';
 /** NOTIFY payload that wakes schedulers (queue names cannot start with '*'). */
 const SCHEDULER_TOPIC = '*scheduled';
+/** NOTIFY payload that wakes tickers: a schedule was created, changed or resumed. */
+const TICKER_TOPIC = '*schedules';
 /** NOTIFY topic of a cancelled running job (payload `*cancel:<id>`, sent by the cancel statement). */
 const CANCEL_TOPIC = '*cancel';
 const NEAR_EXPIRY_MS_DEFAULT = 5_000;
@@ -101,6 +106,9 @@ const STARTUP_RETRY_FIRST_DELAY_MS = 250;
 const STARTUP_RETRY_MAX_DELAY_MS = 5_000;
 /** The window of `stats()`'s recently finished counts: its cost is throughput × window. */
 const RECENT_WINDOW_MS_DEFAULT = 60_000;
+/** `stats().schedules.late`: the schedules late by more than this, at most this many. */
+const LATE_SCHEDULE_LISTED_MS = 1_000;
+const LATE_SCHEDULES_LISTED = 10;
 /** At most a day: the window is read on every call, so it must stay a window, not the history. */
 const RECENT_WINDOW_MS_MAX = 86_400_000;
 
@@ -128,6 +136,11 @@ export class PgQueue {
   private readonly pruner: Pruner | undefined;
   private readonly keyHandoffs: KeyHandoffs;
   private readonly flows: FlowsPass;
+  private readonly ticker: Ticker | undefined;
+  /** Recurring schedules: the runtime API and the code declarations (see recurring.ts). */
+  private readonly scheduleCalls: ScheduleCalls;
+  /** The schedules this process's code declares (`recurring()`), declared at start. */
+  private readonly codeSchedules: CodeSchedule[] = [];
   /** The maintenance services, started in this order and stopped in reverse. */
   private readonly maintainer: Maintainer;
   /** pause, resume, cancel, discard, replay, dead jobs: see operator.ts. */
@@ -153,6 +166,7 @@ export class PgQueue {
   private readonly pollIntervalMs: number;
   private readonly wakeCooldownMs: number;
   private readonly maxFreeReleases: number;
+  private readonly maxPayloadBytes: number;
   private readonly keysDeferred: () => void;
   /** What a failed public call is reported against (see call()). */
   private readonly callContext: CallContext;
@@ -191,6 +205,7 @@ export class PgQueue {
     this.wakeCooldownMs = options.wakeCooldownMs;
     this.maxFreeReleases = options.maxFreeReleases;
     const { maxPayloadBytes, statementTimeoutMs } = options;
+    this.maxPayloadBytes = maxPayloadBytes;
     this.failures = new LogThrottle(this.logger, options.failureLogIntervalMs);
     this.handlerDefaults = options.handlerDefaults;
 
@@ -243,7 +258,21 @@ export class PgQueue {
     this.reaper = new Reaper(this.pool, this.store, this.metrics, this.logger, this.failures, options.reaper, { channel, keysDeferred }, () => this.scheduler.wake());
     this.pruner = options.pruner === false ? undefined : new Pruner(this.pool, this.store, this.logger, this.failures, options.pruner);
     this.flows = new FlowsPass(this.pool, this.store, channel, this.failures, options.flows);
-    this.maintainer = new Maintainer([this.notifier, this.scheduler, this.keyHandoffs, this.reaper, ...(this.pruner ? [this.pruner] : []), this.flows]);
+    this.ticker = options.ticker === false ? undefined : new Ticker(this.pool, this.store, channel, this.metrics, this.logger, this.failures, options.ticker);
+    const tickerDefaults: TickerConfig = this.ticker?.config ?? TICKER_DEFAULTS;
+    this.scheduleCalls = new ScheduleCalls(
+      { db: this.pool, store: this.store, schema: this.schema, channel, tickerTopic: TICKER_TOPIC, defaults: () => tickerDefaults, maxPayloadBytes, logger: this.logger },
+      (body) => this.call(body),
+    );
+    this.maintainer = new Maintainer([
+      this.notifier,
+      this.scheduler,
+      ...(this.ticker ? [this.ticker] : []),
+      this.keyHandoffs,
+      this.reaper,
+      ...(this.pruner ? [this.pruner] : []),
+      this.flows,
+    ]);
     this.operator = new OperatorCalls({ db: this.pool, store: this.store, channel, keysDeferred, flowsChanged: () => this.flows.wake() });
     this.completer = new Completer(this.pool, this.store, this.workerId, channel, options.completer, keysDeferred);
     this.clusterEvents = new ClusterEvents(
@@ -324,6 +353,40 @@ export class PgQueue {
   }
 
   /**
+   * Declares a recurring schedule in code for `queue` (docs/recurring-jobs.md): a row in the
+   * database that every process's ticker runs, one job per tick. The queue needs its handler in
+   * this process (the handler owns the queue's code schedules); call before `start()`, which
+   * declares them. A deploy that changes them wins over the release before it (never the other
+   * way), and a schedule no longer declared for a queue handled here is paused.
+   */
+  recurring(queue: string, cron: string, options?: CodeScheduleOptions, where?: string): void {
+    if (this.state !== 'new') throw new InvalidOptionError('recurring', HANDLER_AFTER_START(queue), 'Declare schedules before start().');
+    // `where`: what errors name instead of the schedule (the Nest module passes the decorated method).
+    const option = where ?? options?.name ?? queue;
+    const schedule = codeSchedule(option, queue, cron, options, this.ticker?.config ?? TICKER_DEFAULTS, this.maxPayloadBytes);
+    if (this.codeSchedules.some((s) => s.definition.name === schedule.definition.name)) {
+      throw new InvalidOptionError(`${option}.name`, `two schedules of this process are named ${JSON.stringify(schedule.definition.name)}`, 'Give each schedule of a queue a name of its own ({ name }).');
+    }
+    this.codeSchedules.push(schedule);
+  }
+
+  /**
+   * Schedules as rows (docs/recurring-jobs.md): `upsert` and `remove` the ones created at run time
+   * (per tenant), `list` and `get` every one with its next and last tick and its counts, `pause`
+   * and `resume` any.
+   */
+  get schedules(): ScheduleCalls {
+    return this.scheduleCalls;
+  }
+
+  /** Each handled queue's code schedules (none is a declaration too: its schedules are gone). */
+  private async declareCodeSchedules(): Promise<void> {
+    for (const queue of this.handlers.keys()) {
+      await this.scheduleCalls.declare(queue, this.codeSchedules.filter((s) => s.definition.queue === queue));
+    }
+  }
+
+  /**
    * Migrates (per mode), declares the handlers' queues, and starts the services. A database that
    * cannot be reached is tried again for `startupRetryMs`. A start that fails leaves nothing
    * running (no service, no timer, no listener; an owned pool is closed): `stop()` after it only
@@ -331,6 +394,11 @@ export class PgQueue {
    */
   start(options: StartOptions = {}): Promise<void> {
     if (this.state !== 'new') return Promise.reject(new InvalidOptionError('start', STARTED_TWICE(this.state), 'Create a new PgQueue to start again.'));
+    const orphan = this.codeSchedules.find((s) => !this.handlers.has(s.definition.queue));
+    if (orphan) {
+      const { name, queue } = orphan.definition;
+      return Promise.reject(new InvalidOptionError('recurring', SCHEDULE_WITHOUT_HANDLER(name, queue), `Register the handler of "${queue}" (work()) in the process that declares its schedules.`));
+    }
     this.state = 'started';
     const abort = new AbortController();
     const done = this.startNow(options, abort.signal).catch(async (error: unknown) => {
@@ -355,6 +423,8 @@ export class PgQueue {
       const withWorkers = options.workers ?? true;
       if (withWorkers) await this.declareHandledQueues();
       stopped();
+      await this.declareCodeSchedules();
+      stopped();
       // A connection the pool opens means the database is back: the listener need not wait out its backoff.
       const databaseReachable = () => {
         this.failures.recovered(IDLE_POOL_CONNECTION);
@@ -365,6 +435,10 @@ export class PgQueue {
       // Before the listener starts, so no wake-up it hears is missed; waking a service that has
       // not started yet does nothing (it runs a pass as it starts anyway).
       this.unsubscribe.push(this.notifier.subscribe(SCHEDULER_TOPIC, () => this.scheduler.wake()));
+      if (this.ticker) {
+        const ticker = this.ticker;
+        this.unsubscribe.push(this.notifier.subscribe(TICKER_TOPIC, () => ticker.wake()));
+      }
       this.unsubscribe.push(
         this.notifier.subscribe(CANCEL_TOPIC, (jobId) => {
           for (const worker of this.workers.values()) worker.cancelled(jobId);
@@ -531,6 +605,7 @@ export class PgQueue {
     this.scheduler.testSignals = signals.scheduler;
     if (this.pruner) this.pruner.testSignals = signals.pruner;
     this.keyHandoffs.testSignals = signals.keyHandoffs;
+    if (this.ticker) this.ticker.testSignals = signals.ticker;
     this.notifier.testSignals = signals.notifier;
     this.completer.testSignals = signals.completer;
     this.clusterEvents.testSignals = signals.clusterEvents;
@@ -604,6 +679,7 @@ export class PgQueue {
       scheduler: this.scheduler,
       pruner: this.pruner,
       keyHandoffs: this.keyHandoffs,
+      ticker: this.ticker,
       worker: (queue) => this.workers.get(queue),
     };
   }
@@ -855,11 +931,13 @@ export class PgQueue {
       const nearExpiryMs = requireInteger('nearExpiryMs', options.nearExpiryMs ?? NEAR_EXPIRY_MS_DEFAULT, 0);
       const recentWindowMs = requireInteger('recentWindowMs', options.recentWindowMs ?? RECENT_WINDOW_MS_DEFAULT, 1, RECENT_WINDOW_MS_MAX);
       const topGroups = requireInteger('topGroups', options.topGroups ?? 10, 0, 1_000);
-      const [queues, database, flows, blockedFlows] = await Promise.all([
+      const [queues, database, flows, blockedFlows, scheduleQueues, lateSchedules] = await Promise.all([
         this.store.queueStats(this.pool, { nearExpiryMs, recentWindowMs }),
         this.store.databaseStats(this.pool),
         this.store.flowStats(this.pool, { topGroups }),
         this.store.blockedFlows(this.pool),
+        this.store.scheduleQueueStats(this.pool),
+        this.store.lateSchedules(this.pool, { lateByMs: LATE_SCHEDULE_LISTED_MS, limit: LATE_SCHEDULES_LISTED }),
       ]);
       const flowOf = new Map(flows.map((f) => [f.queue, f]));
       return {
@@ -870,6 +948,7 @@ export class PgQueue {
           return { ...q, slots: worker ? { busy: worker.busySlots, total: worker.options.concurrency } : undefined, flow: flowOf.get(q.queue), blockedFlows: blockedFlows.get(q.queue) ?? 0 };
         }),
         database,
+        schedules: { queues: scheduleQueues, late: lateSchedules },
       };
     });
   }

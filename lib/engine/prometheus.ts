@@ -98,6 +98,21 @@ export function renderPrometheus(metrics: EngineMetrics, stats: EngineStats | Pr
   for (const f of flows) sample('pgqueue_flow_groups', { queue: f.queue }, f.groupCount);
   family('pgqueue_flow_held_by_rate_limit', 'gauge', 'Waiting jobs that a rate limit or a throttle (RateLimitedError) holds back right now.');
   for (const f of flows) sample('pgqueue_flow_held_by_rate_limit', { queue: f.queue }, f.heldByRateLimit);
+  // Recurring schedules, per queue (a schedule label would make a series per tenant's schedule;
+  // stats().schedules.late and schedules.list() name them).
+  family('pgqueue_schedules', 'gauge', 'Recurring schedules per queue and state (active, paused), from the database.');
+  for (const q of stats.schedules.queues) {
+    sample('pgqueue_schedules', { queue: q.queue, state: 'active' }, q.active);
+    sample('pgqueue_schedules', { queue: q.queue, state: 'paused' }, q.paused);
+  }
+  family('pgqueue_schedule_late_seconds', 'gauge', "How long the most late active schedule of a queue has had a tick due and not handled: alert on this.");
+  for (const q of stats.schedules.queues) sample('pgqueue_schedule_late_seconds', { queue: q.queue }, q.maxLateMs / 1_000);
+  family('pgqueue_schedule_ticks', 'gauge', "Every tick of a queue's schedules so far, by outcome (run, missed, skipped), across every process, from the database.");
+  for (const q of stats.schedules.queues) {
+    for (const outcome of ['run', 'missed', 'skipped'] as const) sample('pgqueue_schedule_ticks', { queue: q.queue, outcome }, q.ticks[outcome]);
+  }
+  family('pgqueue_schedule_next_tick_seconds', 'gauge', "Seconds until the soonest next tick of a queue's active schedules (negative: due).");
+  for (const q of stats.schedules.queues) if (q.nextTickAt) sample('pgqueue_schedule_next_tick_seconds', { queue: q.queue }, (q.nextTickAt.getTime() - stats.at.getTime()) / 1_000);
   family('pgqueue_database_connections', 'gauge', 'Sessions on the database.');
   sample('pgqueue_database_connections', {}, stats.database.connections);
   family('pgqueue_database_lock_waits', 'gauge', 'Sessions on the database waiting on a lock right now.');
@@ -119,6 +134,9 @@ const COUNTER_HELP: Record<CounterName, string> = {
   claim_queries: 'Claim statements run (throughput: rate of jobs_succeeded; claim efficiency: jobs_claimed / claim_queries).',
   cluster_events_published: "Job events of this process sent to the other processes (events.crossProcess), in NOTIFYs that committed.",
   cluster_events_dropped: 'Job events of this process not sent to the other processes (best effort), by reason (buffer_full, publish_failed).',
+  schedule_jobs_enqueued: "Recurring schedules' ticks whose job this process's ticker inserted.",
+  schedule_ticks_missed: "Recurring schedules' ticks this process's ticker found missed and dropped (their missed policy).",
+  schedule_ticks_skipped: "Recurring schedules' ticks this process's ticker skipped: the previous tick's job was unfinished (no overlap).",
 };
 
 const HISTOGRAM_HELP: Record<HistogramName, string> = {

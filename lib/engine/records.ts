@@ -84,6 +84,77 @@ export interface EngineStats extends ProcessStats {
   recentWindowMs: number;
   queues: QueueStats[];
   database: { connections: number; lockWaits: number };
+  /** Recurring jobs (docs/recurring-jobs.md): per queue, and the latest schedules. */
+  schedules: ScheduleStats;
+}
+
+/** A recurring job's schedule, as `schedules.list()` and `schedules.get()` return it. */
+export interface ScheduleRecord {
+  name: string;
+  queue: string;
+  /** 'code': declared by `@Recurring` (or `PgQueue.recurring`), kept by deploys; 'runtime': `schedules.upsert`, never touched by code. */
+  source: 'code' | 'runtime';
+  cron: string;
+  tz: string;
+  payload: unknown;
+  priority: number;
+  maxAttempts: number | null;
+  maxRuntimeMs: number | null;
+  group: string | null;
+  /** What ticks missed while every process was down become: `latest` runs the latest once, `all` each, `none` none. */
+  missed: 'latest' | 'all' | 'none';
+  /** A tick handled later than this after it fell due is missed. */
+  missedAfterMs: number;
+  /** `missed: 'all'`: at most this many missed ticks run (the latest). */
+  maxMissedRuns: number;
+  /** false (default): a tick is skipped while the previous tick's job is unfinished (scheduled, pending or running). */
+  overlap: boolean;
+  /** A code schedule's definition hash (what deploys compare); null for a runtime schedule. */
+  definitionHash: string | null;
+  /** The next tick not handled yet; null when the pattern has none left. */
+  nextTickAt: Date | null;
+  /** The last tick handled (run or skipped). */
+  lastTickAt: Date | null;
+  /** The job of the last tick that ran. */
+  lastJobId: string | null;
+  /** Every tick so far: run (a job), missed (dropped by the missed policy), skipped (overlap). */
+  ticks: { run: number; missed: number; skipped: number };
+  paused: boolean;
+  pausedAt: Date | null;
+  /** 'operator': `schedules.pause()`; 'removed': the code that declared it no longer does. */
+  pausedReason: 'operator' | 'removed' | null;
+  /** How long its next tick has been due without being handled (0 when not due, or paused). */
+  lateMs: number;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+/** The schedules of one queue, in `stats().schedules.queues`. */
+export interface ScheduleQueueStats {
+  queue: string;
+  active: number;
+  paused: number;
+  /** The lateness of its most late active schedule (0: none is late). */
+  maxLateMs: number;
+  /** The soonest next tick of its active schedules. */
+  nextTickAt: Date | null;
+  lastTickAt: Date | null;
+  /** The sums of its schedules' tick counts (durable, across every process). */
+  ticks: { run: number; missed: number; skipped: number };
+}
+
+/** A schedule whose next tick is late (due and not handled). */
+export interface LateSchedule {
+  name: string;
+  queue: string;
+  nextTickAt: Date;
+  lateMs: number;
+}
+
+export interface ScheduleStats {
+  queues: ScheduleQueueStats[];
+  /** The most late active schedules, at most 10, late by more than a second. */
+  late: LateSchedule[];
 }
 
 export interface JobRecord<T = unknown> {

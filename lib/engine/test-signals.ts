@@ -162,6 +162,8 @@ export interface EngineTestSignals {
   readonly scheduler: PassSignals<{ promoted: number }>;
   readonly pruner: PassSignals<{ removed: number }>;
   readonly keyHandoffs: PassSignals<{ handed: number; waiting: number }>;
+  /** The ticker's pass: what this process did with the due schedules. */
+  readonly ticker: PassSignals<{ schedules: number; enqueued: number; missed: number; skipped: number }>;
   readonly notifier: NotifierTestSignals;
   readonly completer: CompleterTestSignals;
   readonly clusterEvents: ClusterEventsTestSignals;
@@ -174,6 +176,7 @@ export function createEngineTestSignals(): EngineTestSignals {
     scheduler: { passRan: new TestSignal('scheduler.passRan') },
     pruner: { passRan: new TestSignal('pruner.passRan') },
     keyHandoffs: { passRan: new TestSignal('keyHandoffs.passRan') },
+    ticker: { passRan: new TestSignal('ticker.passRan') },
     notifier: { listening: new TestSignal('notifier.listening'), lost: new TestSignal('notifier.lost'), notification: new TestSignal('notifier.notification') },
     completer: { flushed: new TestSignal('completer.flushed') },
     clusterEvents: { flushed: new TestSignal('clusterEvents.flushed') },

@@ -2,7 +2,8 @@ import { Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import type { JobHandlerMetadata } from '../interfaces/index.js';
 import type { QueueEventMetadata } from '../on-queue-event.decorator.js';
-import { JOB_HANDLER_METADATA, PROCESSOR_METADATA, QUEUE_EVENT_METADATA } from '../pg-queue.constants.js';
+import { JOB_HANDLER_METADATA, PROCESSOR_METADATA, QUEUE_EVENT_METADATA, RECURRING_METADATA } from '../pg-queue.constants.js';
+import type { RecurringMetadata } from '../recurring.decorator.js';
 
 /**
  * The key that `@nestjs/schedule`'s `@Cron`, `@Interval` and `@Timeout` set on a method, and its
@@ -29,6 +30,11 @@ export class PgQueueMetadataAccessor {
   /** The `@Processor()` metadata of a class, if it has any. */
   getProcessorMetadata(target: Function): JobHandlerMetadata | undefined {
     return this.reflector.get<JobHandlerMetadata | undefined>(PROCESSOR_METADATA, target);
+  }
+
+  /** The `@Recurring()` schedules of a method or a class (none: an empty list). */
+  getRecurringMetadata(target: Function): readonly RecurringMetadata[] {
+    return this.reflector.get<RecurringMetadata[] | undefined>(RECURRING_METADATA, target) ?? [];
   }
 
   /** The `@OnQueueEvent()` metadata of a method, if it has any. */

@@ -18,10 +18,11 @@ import {
 } from '../engine/index.js';
 import type { JobHandlerMetadata, PgQueueModuleOptions } from '../interfaces/index.js';
 import { PG_QUEUE_ENGINE, PG_QUEUE_LOGGER_CONTEXT, PG_QUEUE_MODULE_OPTIONS } from '../pg-queue.constants.js';
-import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, EVENT_LISTENER_FAILED, FOR_ROOT_TWICE, FOR_ROOT_TWICE_FIX, HANDLERS_FOUND } from '../pg-queue.messages.js';
+import { DUPLICATE_HANDLER, DUPLICATE_HANDLER_FIX, EVENT_LISTENER_FAILED, FOR_ROOT_TWICE, FOR_ROOT_TWICE_FIX, HANDLERS_FOUND, RECURRING_WITHOUT_HANDLER, RECURRING_WITHOUT_HANDLER_FIX } from '../pg-queue.messages.js';
 import type { QueueEventMetadata } from '../on-queue-event.decorator.js';
 import { Queue } from '../queue.handle.js';
 import { PgQueueMetadataAccessor } from './pg-queue-metadata.accessor.js';
+import type { RecurringMetadata } from '../recurring.decorator.js';
 import { toHandlerOptions } from './pg-queue.options.js';
 
 /** A provider or controller as discovery gives it (Nest's InstanceWrapper, named through the public API). */
@@ -127,6 +128,8 @@ export class PgQueueExplorer implements OnModuleInit {
           throw new InvalidOptionError(`@Processor('${processor.queue}') ${className}`, `${className} has no process(job, ctx) method`, 'Implement JobProcessor: async process(job, ctx) { … }.');
         }
         this.register(processor, { queue: processor.queue, name, moduleName: wrapper.host?.name, decorator: '@Processor' }, this.bind(wrapper, 'process'), defaults);
+        const process = (instance as Record<string, unknown>).process as Function;
+        this.schedule(processor.queue, name, [...this.accessor.getRecurringMetadata(wrapper.metatype as Function), ...this.accessor.getRecurringMetadata(process)]);
       }
       for (const method of this.metadataScanner.getAllMethodNames(prototype)) {
         const fn = (instance as Record<string, unknown>)[method];
@@ -137,8 +140,16 @@ export class PgQueueExplorer implements OnModuleInit {
         const event = this.accessor.getQueueEventMetadata(fn);
         if (event) this.listen(event, name, this.bind(wrapper, method));
         const metadata = this.accessor.getJobHandlerMetadata(fn);
-        if (!metadata) continue;
+        const recurring = this.accessor.getRecurringMetadata(fn);
+        if (!metadata) {
+          // A @Recurring without a handler would never run anything: said at once, not at the first tick.
+          if (recurring.length > 0 && !(processor && method === 'process')) {
+            throw new InvalidOptionError(`${name} @Recurring`, RECURRING_WITHOUT_HANDLER(name), RECURRING_WITHOUT_HANDLER_FIX());
+          }
+          continue;
+        }
         this.register(metadata, { queue: metadata.queue, name, moduleName: wrapper.host?.name, decorator: '@JobHandler' }, this.bind(wrapper, method), defaults);
+        this.schedule(metadata.queue, name, recurring);
       }
     }
     this.logger.log(HANDLERS_FOUND(this.found.size, this.handledQueues));
@@ -193,6 +204,11 @@ export class PgQueueExplorer implements OnModuleInit {
     };
     if (cluster) this.engine.onClusterEvent(listener);
     else this.engine.onJobEvent(listener);
+  }
+
+  /** The `@Recurring` schedules of a handler, declared with the engine (errors name the method). */
+  private schedule(queue: string, method: string, schedules: readonly RecurringMetadata[]): void {
+    for (const { cron, options } of schedules) this.engine.recurring(queue, cron, options, `${method} @Recurring`);
   }
 
   private register(

@@ -43,7 +43,7 @@ export const HEALTH_OPTION_DEFAULTS: ResolvedHealthOptions = { ...HEALTH_DEFAULT
 
 const HEALTH_OPTIONS = section<PgQueueHealthOptions>(
   'the health check',
-  { maxClaimableAgeMs: timerMs(0), maxListenerDownMs: timerMs(0), timeoutMs: timerMs(1) },
+  { maxClaimableAgeMs: timerMs(0), maxListenerDownMs: timerMs(0), maxScheduleLateMs: timerMs(0), timeoutMs: timerMs(1) },
   HEALTH_OPTION_DEFAULTS,
 );
 

@@ -316,8 +316,9 @@ describe('operating the queue', () => {
             problems: [],
             oldestClaimableAgeMs: expect.any(Number),
             oldestClaimableQueue: 'slow',
+            mostLateSchedule: null,
             listener: { listening: true, downForMs: 0 },
-            limits: { maxClaimableAgeMs: 60_000, maxListenerDownMs: 60_000, timeoutMs: 5_000 },
+            limits: { maxClaimableAgeMs: 60_000, maxListenerDownMs: 60_000, maxScheduleLateMs: 60_000, timeoutMs: 5_000 },
           },
         });
         // Paused queues are exempt: their age is expected to grow.

@@ -11,6 +11,7 @@ import { maintenanceStatements } from './maintenance.js';
 import { operatorStatements, type DeadPage, type DeadPageParams, type PurgeParams } from './operator.js';
 import { readStatements } from './reads.js';
 import { uniqueStatements } from './unique.js';
+import { scheduleStatements } from './schedules.js';
 import { execute, sendText, statementContext, STATEMENT_TIMEOUT_DEFAULT_MS, type Queryable, type Statement, type StoreOptions } from './statement.js';
 
 /**
@@ -33,6 +34,7 @@ export type { ReapedJob } from './maintenance.js';
 export type { BegunEffect } from './effects.js';
 export type { QueueFigures, UnfinishedGroup } from './reads.js';
 export { BROWSABLE_STATUSES, BROWSE_WALK_MAX, type BrowsableStatus } from './browse.js';
+export type { AdvanceOutcome, DueSchedule, ScheduleDefinition, SchedulePlan } from './schedules.js';
 export { listen, ping } from './listener.js';
 
 function allStatements(schemaName: string, options: StoreOptions) {
@@ -52,6 +54,7 @@ function allStatements(schemaName: string, options: StoreOptions) {
       ...readStatements(ctx),
       ...browseStatements(ctx),
       ...uniqueStatements(ctx),
+      ...scheduleStatements(ctx),
     },
   };
 }
