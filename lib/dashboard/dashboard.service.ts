@@ -203,8 +203,12 @@ export class DashboardService {
     if (!BROWSABLE_STATUSES.includes(state)) throw new BadDashboardRequest(`There is no state "${state.slice(0, 20)}".`);
     const code = errorCode(query.get('code'));
     const cursor = query.get('cursor');
-    const [page, audit] = await Promise.all([this.queue.listJobs({ queue, status: state, errorCode: code, cursor }), this.queue.queueHistory(queue, { limit: 10 })]);
-    return queuePage(ctx, { stats, state, errorCode: code, cursor, page, audit }, doneNotice(query));
+    const [page, audit, schedules] = await Promise.all([
+      this.queue.listJobs({ queue, status: state, errorCode: code, cursor }),
+      this.queue.queueHistory(queue, { limit: 10 }),
+      this.queue.schedules.list({ queue, limit: 100 }),
+    ]);
+    return queuePage(ctx, { stats, state, errorCode: code, cursor, page, audit, schedules }, doneNotice(query));
   }
 
   async queueLive(ctx: ViewContext, req: DashboardRequest, name: string): Promise<Answer> {

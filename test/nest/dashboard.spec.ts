@@ -188,6 +188,13 @@ describe('in the sample app', () => {
     for (const child of flow.children) expect(parent.text).toContain(`/pg-queue/jobs/${child.id}`);
     const child = await page(`/pg-queue/jobs/${flow.children[0]!.id}`);
     expect(child.text).toContain(`href="/pg-queue/jobs/${flow.id}" data-testid="flow-parent"`);
+
+    // A queue with recurring schedules lists them (a schedule's name is text like any).
+    await s.queue.schedules.upsert({ name: 'nightly-<i>x</i>', queue: 'dash-flow', cron: '0 3 * * *', tz: 'Europe/Paris', payload: {} });
+    const withSchedules = await page('/pg-queue/queues/dash-flow');
+    expect(withSchedules.text).toContain('data-testid="schedules"');
+    expect(withSchedules.text).toContain('nightly-&lt;i&gt;x&lt;/i&gt;');
+    expect(withSchedules.text).toContain('Europe/Paris');
   });
 
   it('refuses anonymous requests (the sample\'s guard) and names the sign-in', async () => {

@@ -1,4 +1,4 @@
-import type { BrowsableStatus, JobPage, JobSummary, QueueAuditRecord, QueueStats } from '../../engine/index.js';
+import type { BrowsableStatus, JobPage, JobSummary, QueueAuditRecord, QueueStats, ScheduleRecord } from '../../engine/index.js';
 import { html, nothing, type Html } from '../dashboard.html.js';
 import { DASHBOARD_REFRESHES_MAX } from '../dashboard.options.js';
 import { featureSections } from './queues.view.js';
@@ -13,6 +13,23 @@ export interface QueuePageData {
   cursor: string | undefined;
   page: JobPage;
   audit: QueueAuditRecord[];
+  /** Its recurring schedules (the first 100 by name): none for a queue without. */
+  schedules: ScheduleRecord[];
+}
+
+/** The queue's recurring schedules: next and last tick, ticks run, missed and skipped, paused. */
+function schedulesSection(ctx: ViewContext, schedules: readonly ScheduleRecord[]): Html {
+  if (schedules.length === 0) return nothing;
+  return html`<h2 id="schedules">Schedules</h2>
+<div class="scroll"><table data-testid="schedules">
+<caption>Recurring schedules of this queue (docs/recurring-jobs.md)${schedules.length === 100 ? ', the first 100' : ''}</caption>
+<thead><tr><th scope="col">Schedule</th><th scope="col">Cron</th><th scope="col">Next tick</th><th scope="col">Last tick</th>
+<th scope="col" class="num">Run</th><th scope="col" class="num">Missed</th><th scope="col" class="num">Skipped</th><th scope="col">State</th></tr></thead>
+<tbody>${schedules.map((r) => html`<tr><td>${r.name} <span class="muted small">${r.source}</span></td><td><code>${r.cron}</code> ${r.tz}</td>
+<td>${moment(r.nextTickAt)}${r.lateMs > 0 ? html` ${badge(`late ${duration(r.lateMs)}`, 'dead')}` : nothing}</td><td>${moment(r.lastTickAt)}</td>
+<td class="num">${count(r.ticks.run)}</td><td class="num">${count(r.ticks.missed)}</td><td class="num">${count(r.ticks.skipped)}</td>
+<td>${r.paused ? badge(r.pausedReason === 'removed' ? 'paused (removed from code)' : 'paused', 'paused') : badge('active', 'running')}</td></tr>`)}</tbody>
+</table></div>`;
 }
 
 /** The queue's counts, refreshed as the queues page's are. */
@@ -77,6 +94,7 @@ ${queueCounts(ctx, q, 0)}
   <a class="button" href="${href(ctx, `${base}/dead`)}">Dead jobs by error code (${count(q.counts.dead)})</a>
 </div>
 ${featureSections(q)}
+${schedulesSection(ctx, data.schedules)}
 <h2 id="jobs">Jobs</h2>
 <nav aria-label="Job states"><ul class="tabs">${tabs}</ul></nav>
 <form class="filters" method="get" action="${href(ctx, base)}">
