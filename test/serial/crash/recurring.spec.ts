@@ -8,8 +8,8 @@ import { waitFor } from '../../support/engine.js';
  * (its first and last second excluded) has exactly one job per schedule. Then every process is
  * down for 10 s, and what the ticks of the outage became follows each schedule's policy.
  *
- * Jobs are counted in the jobs table, one queue per schedule, by the tick they are due at
- * (available_at): not through the engine's own tick rows.
+ * Jobs are counted in the jobs table, one queue per schedule, each under the tick whose key row
+ * names it: every job of the queue must be a tick's.
  */
 let fx: CrashFixture;
 beforeAll(async () => {
@@ -28,14 +28,22 @@ const OUTAGE_MS = 10_000;
 const randomBetween = (min: number, max: number) => min + Math.floor(Math.random() * (max - min));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Per second (epoch seconds) of a queue: how many jobs are due at it, and how late the latest one was inserted. */
+/**
+ * Per tick (epoch seconds) of a schedule: its jobs in the jobs table and how late the latest was
+ * inserted. A job is found by its id in the tick's key row: its available_at is the tick only
+ * until an attempt fails (a SIGKILLed handler's lease is reaped, and the retry is due later).
+ */
 async function jobsBySecond(queue: string): Promise<Map<number, { n: number; lateMs: number }>> {
   const { rows } = await fx.pool.query<{ s: number; n: number; late: number }>(
-    `SELECT extract(epoch FROM available_at)::bigint::float8 AS s, count(*)::int AS n,
-            max(extract(epoch FROM created_at - available_at) * 1000)::float8 AS late
-     FROM pgqueue.jobs WHERE queue_name = $1 GROUP BY 1`,
+    `SELECT (extract(epoch FROM t.tick_at))::float8 AS s, count(j.id)::int AS n,
+            max(extract(epoch FROM j.created_at - t.tick_at) * 1000)::float8 AS late
+     FROM pgqueue.jobs j JOIN pgqueue.schedule_ticks t ON t.job_id = j.id
+     WHERE j.queue_name = $1 GROUP BY t.tick_at`,
     [queue],
   );
+  // Every job of the queue is a tick's (nothing else enqueues there), and no tick names two.
+  const { rows: all } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = $1`, [queue]);
+  expect(rows.reduce((sum, r) => sum + r.n, 0)).toBe(all[0]!.n);
   return new Map(rows.map((r) => [r.s, { n: r.n, lateMs: r.late }]));
 }
 
