@@ -360,8 +360,16 @@ const VARIANTS = {
     complete: completeIntoHistory,
     getJob: getJobBoth,
   },
-  // (b) + the claim's own fat: the UPDATE finds the locked rows by their ctid, and the epoch
-  // conversions stay float8 (neither changes the write shape).
+  // The claim's own fat, on today's shape: the UPDATE finds the locked rows by their ctid, and the
+  // epoch conversions stay float8 (neither changes the write shape; see claimSql).
+  'base+tid': { claim: (s) => claimSql(s, { target: 'ctid', epoch: 'date_part' }) },
+  // (b) + the same claim.
+  'hist-btree+tid': {
+    setup: (c, s) => VARIANTS['hist-btree'].setup(c, s),
+    claim: (s) => claimSql(s, { target: 'ctid', epoch: 'date_part' }),
+    complete: completeIntoHistory,
+    getJob: getJobBoth,
+  },
   'hist-brin+tid': {
     setup: (c, s) => VARIANTS['hist-brin'].setup(c, s),
     claim: (s) => claimSql(s, { target: 'ctid', epoch: 'date_part' }),
@@ -396,6 +404,50 @@ const VARIANTS = {
     claim: claimLeases,
     complete: completeLeases,
     getJob: getJobBoth,
+  },
+  // graphile-worker 0.18's own write shape, for its floor on the same machine in the same run,
+  // reproduced from reading its migrations (sql/000011.sql and later) and its dist/sql/getJobs.js
+  // and completeJobs.js: its jobs table (a primary key, the unique `key`, whose NULLs are indexed
+  // too, so every new row version gets an entry, and two partial indexes on the generated
+  // is_available), its claim for a batch (the named-queue strategy it ships, 2: lock the queues that
+  // are free up front; a batch keeps one job per named queue; attempts + 1, locked_by, locked_at;
+  // RETURNING *) and its completion of jobs without a named queue (DELETE by id, no fence). A task
+  // id of 1, no named queues, nothing of ours (no lease, no token, no history, no audit).
+  'gw-shape': {
+    setup: (c, s) =>
+      c.query(`CREATE TABLE ${s}.gw_job_queues (
+        id int PRIMARY KEY GENERATED ALWAYS AS IDENTITY, queue_name text NOT NULL UNIQUE, locked_at timestamptz, locked_by text,
+        is_available boolean GENERATED ALWAYS AS (locked_at IS NULL) STORED NOT NULL);
+      CREATE TABLE ${s}.gw_jobs (
+        id bigint PRIMARY KEY GENERATED ALWAYS AS IDENTITY, job_queue_id int, task_id int NOT NULL,
+        payload json DEFAULT '{}'::json NOT NULL, priority smallint DEFAULT 0 NOT NULL, run_at timestamptz DEFAULT now() NOT NULL,
+        attempts smallint DEFAULT 0 NOT NULL, max_attempts smallint DEFAULT 25 NOT NULL CHECK (max_attempts >= 1), last_error text,
+        created_at timestamptz DEFAULT now() NOT NULL, updated_at timestamptz DEFAULT now() NOT NULL,
+        key text UNIQUE CHECK (length(key) > 0 AND length(key) <= 512), locked_at timestamptz, locked_by text,
+        revision integer DEFAULT 0 NOT NULL, flags jsonb,
+        is_available boolean GENERATED ALWAYS AS ((locked_at IS NULL) AND (attempts < max_attempts)) STORED NOT NULL);
+      CREATE INDEX ON ${s}.gw_jobs (priority, run_at) INCLUDE (id, task_id, job_queue_id) WHERE is_available = true;
+      CREATE INDEX ON ${s}.gw_jobs (priority, run_at) INCLUDE (id, task_id) WHERE is_available = true AND job_queue_id IS NULL`),
+    fill: (c, s, jobs) => c.query(`INSERT INTO ${s}.gw_jobs (task_id, payload) SELECT 1, json_build_object('i', g) FROM generate_series(1, $1::int) g`, [jobs]),
+    claim: (s) => `WITH j_raw AS (
+        SELECT jobs.job_queue_id, jobs.priority, jobs.run_at, jobs.id FROM ${s}.gw_jobs AS jobs
+        WHERE jobs.is_available = true AND run_at <= now() AND task_id = ANY ($2::int[])
+          AND (jobs.job_queue_id IS NULL
+               OR jobs.job_queue_id IN (SELECT id FROM ${s}.gw_job_queues AS q WHERE q.is_available = true FOR UPDATE SKIP LOCKED))
+        ORDER BY priority ASC, run_at ASC LIMIT $3 FOR UPDATE SKIP LOCKED
+      ), j AS (
+        SELECT DISTINCT ON (job_queue_id, CASE WHEN job_queue_id IS NULL THEN id END) job_queue_id, priority, run_at, id
+        FROM j_raw ORDER BY job_queue_id, CASE WHEN job_queue_id IS NULL THEN id END, priority ASC, run_at ASC
+      ), q AS (
+        UPDATE ${s}.gw_job_queues AS job_queues SET locked_by = $1::text, locked_at = now() FROM j WHERE job_queues.id = j.job_queue_id
+      )
+      UPDATE ${s}.gw_jobs AS jobs SET attempts = jobs.attempts + 1, locked_by = $1::text, locked_at = now()
+      FROM j WHERE jobs.id = j.id RETURNING *`,
+    claimValues: (p) => [p.owner, [1], p.limit],
+    // RETURNING only so that the probe can count what was applied (graphile-worker returns nothing).
+    complete: (s) => `DELETE FROM ${s}.gw_jobs AS jobs USING unnest($1::bigint[]) n(n) WHERE id = n RETURNING true AS applied`,
+    completeValues: (ids) => [ids],
+    noCheck: 'keeps no succeeded job',
   },
   // The lower bound of a delete shape: no history at all (graphile-worker's shape, but fenced).
   // Loses the succeeded jobs: not a candidate, a bound.
@@ -525,7 +577,8 @@ async function oneRun(dbUrl, variantName, [B, C], runNo) {
     await variant.setup?.(c, s);
   });
   const tFill = performance.now();
-  await fill(dbUrl, queue, s, jobs);
+  if (variant.fill) await withClient(dbUrl, (c) => variant.fill(c, s, jobs));
+  else await fill(dbUrl, queue, s, jobs);
   await queue.stop();
   const fillSeconds = (performance.now() - tFill) / 1000;
   await withClient(dbUrl, async (c) => {
@@ -538,9 +591,10 @@ async function oneRun(dbUrl, variantName, [B, C], runNo) {
   }
   const claim = { name: `floor-claim-${runNo}`, text: mark('claim', variant.claim ? variant.claim(s) : store.statements.claim.text) };
   const complete = { name: `floor-complete-${runNo}`, text: mark('complete', variant.complete ? variant.complete(s) : store.statements.completeMany.text) };
-  const claimParams = store.statements.claim.values({
+  const claimParams = (variant.claimValues ?? store.statements.claim.values)({
     queue: 'bench', owner: OWNER, limit: B, leaseMs: 30_000, maxRuntimeMs: 900_000, maxAttempts: 25, backoffBaseMs: 1000, backoffMaxMs: 3_600_000, oldestFirst: Math.floor(B * 0.1),
   });
+  const completeValues = variant.completeValues ?? ((ids, tokens) => [ids, tokens, OWNER]);
   const clients = await Promise.all(Array.from({ length: CONNS }, async () => {
     const c = new pg.Client({ connectionString: dbUrl, application_name: 'floor-worker' });
     await c.connect();
@@ -566,7 +620,7 @@ async function oneRun(dbUrl, variantName, [B, C], runNo) {
       if (rows.length === 0) return;
       for (let k = 0; k < rows.length; k += C) {
         const chunk = rows.slice(k, k + C);
-        const r = await c.query({ name: complete.name, text: complete.text, values: [chunk.map((x) => x.id), chunk.map((x) => x.lease_token), OWNER] });
+        const r = await c.query({ name: complete.name, text: complete.text, values: completeValues(chunk.map((x) => x.id), chunk.map((x) => x.lease_token)) });
         const applied = r.rows.filter((x) => x.applied).length;
         if (applied !== chunk.length) throw new Error(`${variantName}: ${applied} of ${chunk.length} applied`);
         done += applied;
