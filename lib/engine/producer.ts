@@ -1,5 +1,6 @@
 import { describe } from './config.js';
 import type { Queryable } from './db.js';
+import { EnqueueBatcher } from './enqueue-batcher.js';
 import { InternalError, InvalidJobError } from './errors.js';
 import { isQueueName } from './identifiers.js';
 import { payloadJson } from './json.js';
@@ -185,7 +186,12 @@ export interface ProducerDeps {
  * never a row that poisons a worker), then inserts and wakes workers in one statement.
  */
 export class Producer {
-  constructor(private readonly deps: ProducerDeps) {}
+  /** Concurrent plain enqueues on the engine's pool share a statement and a commit (enqueue-batcher.ts). */
+  private readonly batcher: EnqueueBatcher<EnqueueRow>;
+
+  constructor(private readonly deps: ProducerDeps) {
+    this.batcher = new EnqueueBatcher((rows) => deps.store.enqueue(deps.db, { jobs: rows, channel: deps.channel, schedulerTopic: deps.schedulerTopic }));
+  }
 
   /** The largest payload it takes, in bytes of JSON (flows are checked against it too). */
   get maxPayloadBytes(): number {
@@ -211,8 +217,11 @@ export class Producer {
       }
     }
     if (!prepared.some((p) => p.dedupe)) {
-      // The plain path, unchanged: one statement, no key.
-      const ids = await this.deps.store.enqueue(db, { jobs: prepared.map((p) => p.row), channel: this.deps.channel, schedulerTopic: this.deps.schedulerTopic });
+      // The plain path: one statement, no key; on the engine's pool, shared with concurrent calls.
+      const rows = prepared.map((p) => p.row);
+      const ids = call.client
+        ? await this.deps.store.enqueue(db, { jobs: rows, channel: this.deps.channel, schedulerTopic: this.deps.schedulerTopic })
+        : await this.batcher.add(rows);
       return withDeduplicated(ids, ids.map(() => false));
     }
     const merging = prepared.find((p) => p.dedupe?.kind === 'debounce' && p.dedupe.merge);

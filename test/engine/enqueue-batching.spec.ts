@@ -1,0 +1,89 @@
+import pg from 'pg';
+import { engineFixture } from '../support/engine.js';
+
+/**
+ * Concurrent enqueue() calls on the engine's pool share statements (lib/engine/enqueue-batcher.ts):
+ * fewer commits than calls, each call told its own ids, and one caller's refused job never fails
+ * another's call.
+ */
+
+let fx: Awaited<ReturnType<typeof engineFixture>>;
+beforeAll(async () => {
+  fx = await engineFixture('enqueue-batching');
+  // A job the server refuses although the engine's checks let it through (here: a trigger of the
+  // test's own), so a shared statement fails for one caller's job.
+  await fx.pool.query(`
+    CREATE FUNCTION pgqueue.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'poisoned payload' USING ERRCODE = 'P0001'; END $$;
+    CREATE TRIGGER refuse_poison BEFORE INSERT ON pgqueue.jobs FOR EACH ROW
+      WHEN (NEW.payload ? 'poison') EXECUTE FUNCTION pgqueue.refuse_poison();`);
+});
+afterAll(() => fx.close());
+
+/** An engine on a pool that counts the enqueue statements it sends. */
+async function countingEngine() {
+  const pool = new pg.Pool({ connectionString: fx.url, max: 10 });
+  let inserts = 0;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+  (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+    const config = args[0] as { text?: string } | string;
+    const text = typeof config === 'string' ? config : (config.text ?? '');
+    if (text.includes('jsonb_to_recordset') && text.includes('INSERT INTO')) inserts += 1;
+    return query(...args);
+  };
+  const engine = fx.make({ pool, connectionString: undefined });
+  await engine.declareQueues(['mail']);
+  return { engine, inserts: () => inserts, close: () => pool.end() };
+}
+
+test('concurrent enqueue calls share statements, and each call gets the id of its own job', async () => {
+  const { engine, inserts, close } = await countingEngine();
+  try {
+    const before = inserts();
+    const ids = await Promise.all(Array.from({ length: 64 }, (_, i) => engine.enqueue('mail', { i })));
+    expect(new Set(ids).size).toBe(64);
+    const jobs = await Promise.all(ids.map((id) => engine.getJob<{ i: number }>(id)));
+    expect(jobs.map((j) => j?.payload.i)).toEqual(Array.from({ length: 64 }, (_, i) => i));
+    // 64 calls at once: the first goes alone, the rest ride a few shared statements.
+    expect(inserts() - before).toBeLessThan(16);
+    // One call at a time is one statement each, written at once.
+    const alone = inserts();
+    for (let i = 0; i < 3; i++) await engine.enqueue('mail', { alone: i });
+    expect(inserts() - alone).toBe(3);
+  } finally {
+    await engine.stop(1_000);
+    await close();
+  }
+});
+
+test("a job the server refuses fails its own call only: the others sharing its statement are written", async () => {
+  const { engine, inserts, close } = await countingEngine();
+  try {
+    const before = inserts();
+    const calls = Array.from({ length: 30 }, (_, i) =>
+      i === 17
+        ? engine.enqueue('mail', { poison: true, i })
+        : i === 23
+          ? // A call of several jobs stays all or none inside a shared statement.
+            engine.enqueueMany([
+              { queue: 'mail', payload: { many: 1 } },
+              { queue: 'mail', payload: { poison: true, many: 2 } },
+            ])
+          : engine.enqueue('mail', { i }),
+    );
+    const settled = await Promise.allSettled(calls);
+    const failed = settled.flatMap((s, i) => (s.status === 'rejected' ? [i] : []));
+    expect(failed).toEqual([17, 23]);
+    expect(String((settled[17] as PromiseRejectedResult).reason)).toMatch(/poisoned payload/);
+    const ok = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value as string] : []));
+    const jobs = await Promise.all(ok.map((id) => engine.getJob(id)));
+    expect(jobs.every((j) => j?.status === 'pending')).toBe(true);
+    const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE payload ? 'many' OR payload ? 'poison'`);
+    expect(rows[0].n).toBe(0);
+    // The refused shared statement was written again call by call (the test's point: it was shared).
+    expect(inserts() - before).toBeGreaterThan(30);
+  } finally {
+    await engine.stop(1_000);
+    await close();
+  }
+});
