@@ -597,12 +597,16 @@ async function oneRun(dbUrl, variantName, [B, C], runNo) {
   const completeValues = variant.completeValues ?? ((ids, tokens) => [ids, tokens, OWNER]);
   const clients = await Promise.all(Array.from({ length: CONNS }, async () => {
     const c = new pg.Client({ connectionString: dbUrl, application_name: 'floor-worker' });
+    // A run that throws drops the database WITH (FORCE): these then hear the termination, which
+    // must not hide the run's own error behind an unhandled 'error' event.
+    c.on('error', () => {});
     await c.connect();
     c.backendPid = (await c.query('SELECT pg_backend_pid() AS p')).rows[0].p;
     return c;
   }));
   const pids = clients.map((c) => c.backendPid);
   const monitor = new pg.Client({ connectionString: dbUrl, application_name: 'floor-monitor' });
+  monitor.on('error', () => {});
   await monitor.connect();
   if (statsAvailable) await monitor.query('SELECT pg_stat_statements_reset()');
   const lsn0 = await walLsn(monitor);
@@ -616,7 +620,8 @@ async function oneRun(dbUrl, variantName, [B, C], runNo) {
   const t0 = performance.now();
   const workers = clients.map(async (c) => {
     while (!stop) {
-      const { rows } = await c.query({ name: claim.name, text: claim.text, values: claimParams });
+      // The engine's claim answers `gate LEFT JOIN claimed`: one row with a null id when it claimed nothing.
+      const rows = (await c.query({ name: claim.name, text: claim.text, values: claimParams })).rows.filter((row) => row.id !== null);
       if (rows.length === 0) return;
       for (let k = 0; k < rows.length; k += C) {
         const chunk = rows.slice(k, k + C);
