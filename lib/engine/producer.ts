@@ -190,7 +190,12 @@ export class Producer {
   private readonly batcher: EnqueueBatcher<EnqueueRow>;
 
   constructor(private readonly deps: ProducerDeps) {
-    this.batcher = new EnqueueBatcher((rows) => deps.store.enqueue(deps.db, { jobs: rows, channel: deps.channel, schedulerTopic: deps.schedulerTopic }));
+    this.batcher = new EnqueueBatcher(
+      (rows) => deps.store.enqueue(deps.db, { jobs: rows, channel: deps.channel, schedulerTopic: deps.schedulerTopic }),
+      // A keyed job locks its ordering key's row (store/enqueue.ts), which a caller's open
+      // transaction may hold: it never shares a statement.
+      (row) => ({ chars: row.json.length, shareable: row.k === null }),
+    );
   }
 
   /** The largest payload it takes, in bytes of JSON (flows are checked against it too). */

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { ENQUEUE_BATCH_MAX_CHARS } from '../../lib/engine/enqueue-batcher.js';
 import { engineFixture } from '../support/engine.js';
 
 /**
@@ -20,20 +21,25 @@ beforeAll(async () => {
 });
 afterAll(() => fx.close());
 
-/** An engine on a pool that counts the enqueue statements it sends. */
-async function countingEngine() {
+/** An engine on a pool that counts the enqueue statements it sends, and the characters of each. */
+async function countingEngine(options: Parameters<typeof fx.make>[0] = {}) {
   const pool = new pg.Pool({ connectionString: fx.url, max: 10 });
   let inserts = 0;
+  const sizes: number[] = [];
   const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
   (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
-    const config = args[0] as { text?: string } | string;
+    const config = args[0] as { text?: string; values?: unknown[] } | string;
     const text = typeof config === 'string' ? config : (config.text ?? '');
-    if (text.includes('jsonb_to_recordset') && text.includes('INSERT INTO')) inserts += 1;
+    if (text.includes('jsonb_to_recordset') && text.includes('INSERT INTO')) {
+      inserts += 1;
+      const values = typeof config === 'string' ? (args[1] as unknown[] | undefined) : config.values;
+      sizes.push((values ?? []).reduce<number>((sum, v) => sum + (typeof v === 'string' ? v.length : 0), 0));
+    }
     return query(...args);
   };
-  const engine = fx.make({ pool, connectionString: undefined });
-  await engine.declareQueues(['mail']);
-  return { engine, inserts: () => inserts, close: () => pool.end() };
+  const engine = fx.make({ pool, connectionString: undefined, ...options });
+  await engine.declareQueues(['mail', 'other']);
+  return { engine, inserts: () => inserts, sizes, close: () => pool.end() };
 }
 
 test('concurrent enqueue calls share statements, and each call gets the id of its own job', async () => {
@@ -82,6 +88,61 @@ test("a job the server refuses fails its own call only: the others sharing its s
     expect(rows[0].n).toBe(0);
     // The refused shared statement was written again call by call (the test's point: it was shared).
     expect(inserts() - before).toBeGreaterThan(30);
+  } finally {
+    await engine.stop(1_000);
+    await close();
+  }
+});
+
+test('a keyed enqueue blocked on its key (held by an open transaction) does not hold up the plain calls behind it', async () => {
+  // Review of the batcher: keyed calls lock their key's row; two of them blocked filled both
+  // statements in flight, and every plain call of the process waited behind them until the
+  // statement timeout (they then failed, and only then did the plain call go out).
+  const { engine, close } = await countingEngine({ statementTimeoutMs: 3_000 });
+  const client = await fx.pool.connect();
+  try {
+    await client.query('BEGIN');
+    await engine.enqueue('mail', { tx: 1 }, { client, orderingKey: 'K' }); // holds K's row lock
+    const settled: string[] = [];
+    const blocked = [1, 2].map((k) =>
+      engine.enqueue('mail', { k }, { orderingKey: 'K' }).then(
+        () => settled.push(`ok ${k}`),
+        (error: Error) => settled.push(`failed ${k}: ${error.message}`),
+      ),
+    );
+    // Both keyed statements are waiting on the lock before the plain call is made.
+    await expect
+      .poll(async () => (await fx.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%jsonb_to_recordset%'`)).rows[0].n)
+      .toBe(2);
+    const id = await engine.enqueue('other', { plain: true });
+    // The plain call was written while the key is still held: the keyed calls still wait.
+    expect(settled).toEqual([]);
+    expect((await engine.getJob(id))?.status).toBe('pending');
+    await client.query('COMMIT');
+    await Promise.all(blocked);
+    expect(settled.sort()).toEqual(['ok 1', 'ok 2']);
+  } finally {
+    await client.query('ROLLBACK').catch(() => {});
+    client.release();
+    await engine.stop(1_000);
+    await close();
+  }
+});
+
+test('calls share a statement only up to a bound of payload characters, so large payloads never fail together', async () => {
+  // Review of the batcher: batches were bounded by rows only; calls each within maxPayloadBytes
+  // could together build a document past V8's string limit (or jsonb's 256 MB) and all fail.
+  const { engine, sizes, close } = await countingEngine({ maxPayloadBytes: 4 * 1024 * 1024 });
+  try {
+    const big = 'x'.repeat(3 * 1024 * 1024);
+    sizes.length = 0;
+    const ids = await Promise.all(Array.from({ length: 6 }, (_, i) => engine.enqueue('mail', { i, big })));
+    expect(new Set(ids).size).toBe(6);
+    expect(sizes.length).toBeGreaterThan(0);
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(ENQUEUE_BATCH_MAX_CHARS + 1024);
+    const jobs = await Promise.all(ids.map((id) => engine.getJob<{ i: number; big: string }>(id)));
+    expect(jobs.map((j) => j?.payload.i)).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(jobs.every((j) => j?.payload.big.length === big.length)).toBe(true);
   } finally {
     await engine.stop(1_000);
     await close();

@@ -102,11 +102,16 @@ export function CLAIM_SET(claimedAt: string): string {
 // numeric since PostgreSQL 14, and numeric arithmetic on five columns of every claimed row was a
 // measurable part of the claim (bench/probes/sql-floor.mjs, `+tid` variants); date_part stays float8.
 const epochMs = (value: string) => `(date_part('epoch', ${value}) * 1000)`;
+// A point in time as whole epoch milliseconds, exactly those of the timestamp's text: the float8
+// product can land a hair under a whole millisecond (…804.9998 for …805), which a Date would
+// truncate. Its error is under half a microsecond for dates before 2100 (float8's step there), so
+// adding half a microsecond before the floor gives the timestamp's own millisecond, in float8.
+const epochWholeMs = (value: string) => `floor(date_part('epoch', ${value}) * 1000 + 0.0005)`;
 
 export const CLAIM_RETURNING = `j.id, j.queue_name, j.payload, j.priority, j.attempt_count, j.max_attempts, j.max_runtime_ms,
                  j.lease_token::text AS lease_token,
-                 ${epochMs('j.created_at')} AS created_ms,
-                 ${epochMs('j.deadline_at')} AS deadline_ms, j.ordering_key, j.group_key, j.parent_id::text AS parent_id,
+                 ${epochWholeMs('j.created_at')} AS created_ms,
+                 ${epochWholeMs('j.deadline_at')} AS deadline_ms, j.ordering_key, j.group_key, j.parent_id::text AS parent_id,
                  ${epochMs('j.lease_expires_at - now()')} AS lease_ms_left,
                  j.lease_expires_at >= j.deadline_at AS lease_at_deadline,
                  j.trace_context, j.payload_version,
