@@ -195,10 +195,12 @@ export function finishStatements({ define, s, jobs, jobsSucceeded, jobRows, even
          SELECT ${JOB_COLUMNS.map((c) => SUCCEEDED_OVERRIDES[c] ?? `m.${c}`).join(', ')}
          FROM moved m
        ), kept AS (
-         -- A job that must stay in jobs (staysInJobs) completes by UPDATE, as before 0014.
+         -- A job that must stay in jobs (staysInJobs) completes by UPDATE, as before 0014. Only
+         -- the ids the DELETE did not take are probed: the common batch (all moved) probes none.
          UPDATE ${jobs} AS j
          SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
-         WHERE j.id = ANY ($1::bigint[]) AND coalesce((j.id, j.lease_token) IN (SELECT id, token FROM input), false)
+         WHERE j.id = ANY (ARRAY(SELECT i.id FROM input i WHERE i.id NOT IN (SELECT id FROM moved)))
+           AND coalesce((j.id, j.lease_token) IN (SELECT id, token FROM input), false)
            AND ${fenceHolds('j', '$3')} AND ${staysInJobs('j')}
          RETURNING j.id, j.lease_token AS token, j.queue_name, j.ordering_key
        ), done AS (
