@@ -214,7 +214,7 @@ async function enqueueRange(from, to) {
     },
   });
   for (let attempt = 0; ; attempt++) {
-    const { rows } = await query(`SELECT (payload->>'n')::int AS n FROM pgqueue.jobs WHERE (payload->>'n')::int >= $1 AND (payload->>'n')::int < $2`, [from, to]);
+    const { rows } = await query(`SELECT (payload->>'n')::int AS n FROM pgqueue.job_rows WHERE (payload->>'n')::int >= $1 AND (payload->>'n')::int < $2`, [from, to]);
     const present = new Set(rows.map((r) => r.n));
     const missing = [];
     for (let n = from; n < to; n++) if (!present.has(n)) missing.push(job(n));
@@ -275,7 +275,7 @@ async function countInServerLog(text) {
 }
 
 async function statusCounts() {
-  const { rows } = await query(`SELECT status::text, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = $1 GROUP BY 1`, [QUEUE]);
+  const { rows } = await query(`SELECT status::text, count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = $1 GROUP BY 1`, [QUEUE]);
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 

@@ -118,7 +118,7 @@ test('2 groups × 300 jobs at 100 claims per second per group across 3 processes
   expect(await fx.statusCounts(queue)).toEqual({ succeeded: 600 });
   const { rows } = await fx.pool.query<{ group_key: string; at: number }>(
     `SELECT a.group_key, (extract(epoch FROM a.claimed_at) * 1e6)::float8 AS at FROM flow_attempts a
-     JOIN pgqueue.jobs j ON j.id = a.job_id WHERE j.queue_name = $1 ORDER BY a.claimed_at`,
+     JOIN pgqueue.job_rows j ON j.id = a.job_id WHERE j.queue_name = $1 ORDER BY a.claimed_at`,
     [queue],
   );
   expect(rows).toHaveLength(600);
