@@ -18,7 +18,7 @@ afterAll(() => fx.close());
 
 const where = async (id: string) => {
   const { rows } = await fx.pool.query(
-    `SELECT (SELECT status::text FROM pgqueue.job_rows WHERE id = $1) AS in_jobs, (SELECT status::text FROM pgqueue.jobs_succeeded WHERE id = $1) AS in_history`,
+    `SELECT (SELECT status::text FROM pgqueue.jobs WHERE id = $1) AS in_jobs, (SELECT status::text FROM pgqueue.jobs_succeeded WHERE id = $1) AS in_history`,
     [id],
   );
   return rows[0] as { in_jobs: string | null; in_history: string | null };
@@ -131,7 +131,7 @@ test('the pruner deletes history past retention from both tables, with its event
   for (const job of jobs) await waitForOutcome(q, job.id, 'succeeded');
   // One succeeded row as an older version leaves it (completed in place, in jobs).
   await fx.insertJobs('pruned', 1, { status: 'succeeded', finishedAgoSeconds: 7_200 });
-  const { rows: inPlace } = await fx.pool.query(`SELECT id::text FROM pgqueue.job_rows WHERE queue_name = 'pruned' AND status = 'succeeded'`);
+  const { rows: inPlace } = await fx.pool.query(`SELECT id::text FROM pgqueue.jobs WHERE queue_name = 'pruned' AND status = 'succeeded'`);
   expect(inPlace).toHaveLength(1);
   const old = [jobs[0]!.id, jobs[1]!.id, jobs[2]!.id];
   await fx.pool.query(`UPDATE pgqueue.jobs_succeeded SET finished_at = now() - interval '2 hours' WHERE id = ANY($1::bigint[])`, [old]);
