@@ -104,6 +104,16 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
   const side = `"${schema}".bench_side`;
   let started = false;
   let sideTable = false;
+  // Every job: the job_rows view (jobs and jobs_succeeded, migration 0014) when the build under
+  // test has it, else jobs (an older build completes in place), so A/B runs count succeeded jobs either way.
+  let jobsTable;
+  const allJobs = async () => {
+    if (jobsTable === undefined) {
+      const { rows } = await queue.pool.query(`SELECT to_regclass($1) IS NOT NULL AS has`, [`"${schema}".job_rows`]);
+      jobsTable = rows[0].has ? `"${schema}".job_rows` : `"${schema}".jobs`;
+    }
+    return jobsTable;
+  };
   let parentWorker = false;
   /** The schedules variant: its ticks' jobs (in OTHER_QUEUE) are not the measured queue's. */
   let onlyMeasuredQueue = false;
@@ -193,17 +203,18 @@ async function open(engine, { url, schema, diag = false, engineOptions = {} }) {
 
     /** counts() of the jobs enqueued after this call only (by id: a primary-key range, cheap beside a million rows). */
     async since() {
-      const { rows } = await queue.pool.query(`SELECT coalesce(max(id), 0)::text AS id FROM "${schema}".jobs`);
+      const table = await allJobs();
+      const { rows } = await queue.pool.query(`SELECT coalesce(max(id), 0)::text AS id FROM ${table}`);
       const after = rows[0].id;
       return async () => {
-        const { rows: byState } = await queue.pool.query(`SELECT status::text AS state, count(*)::int AS n FROM "${schema}".jobs WHERE id > $1 GROUP BY 1`, [after]);
+        const { rows: byState } = await queue.pool.query(`SELECT status::text AS state, count(*)::int AS n FROM ${table} WHERE id > $1 GROUP BY 1`, [after]);
         return normalize(byState, 'succeeded');
       };
     },
 
     async counts() {
       const { rows } = await queue.pool.query(
-        `SELECT status::text AS state, count(*)::int AS n FROM "${schema}".jobs WHERE NOT $1 OR queue_name = $2 GROUP BY 1`,
+        `SELECT status::text AS state, count(*)::int AS n FROM ${await allJobs()} WHERE NOT $1 OR queue_name = $2 GROUP BY 1`,
         [onlyMeasuredQueue, QUEUE],
       );
       const counts = normalize(rows, 'succeeded');

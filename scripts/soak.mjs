@@ -214,7 +214,7 @@ async function enqueueRange(from, to) {
     },
   });
   for (let attempt = 0; ; attempt++) {
-    const { rows } = await query(`SELECT (payload->>'n')::int AS n FROM pgqueue.jobs WHERE (payload->>'n')::int >= $1 AND (payload->>'n')::int < $2`, [from, to]);
+    const { rows } = await query(`SELECT (payload->>'n')::int AS n FROM pgqueue.job_rows WHERE (payload->>'n')::int >= $1 AND (payload->>'n')::int < $2`, [from, to]);
     const present = new Set(rows.map((r) => r.n));
     const missing = [];
     for (let n = from; n < to; n++) if (!present.has(n)) missing.push(job(n));
@@ -275,7 +275,7 @@ async function countInServerLog(text) {
 }
 
 async function statusCounts() {
-  const { rows } = await query(`SELECT status::text, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = $1 GROUP BY 1`, [QUEUE]);
+  const { rows } = await query(`SELECT status::text, count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = $1 GROUP BY 1`, [QUEUE]);
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 
@@ -299,7 +299,7 @@ async function verify(counts, chaos, restartsInLog) {
   const one = async (sql, params = []) => (await query(sql, params)).rows[0];
 
   // None lost, none doubled: exactly the jobs enqueued, each once.
-  const jobs = await one(`SELECT count(*)::int AS total, count(DISTINCT payload->>'n')::int AS distinct_n FROM pgqueue.jobs WHERE queue_name = $1`, [QUEUE]);
+  const jobs = await one(`SELECT count(*)::int AS total, count(DISTINCT payload->>'n')::int AS distinct_n FROM pgqueue.job_rows WHERE queue_name = $1`, [QUEUE]);
   check(jobs.total === options.jobs && jobs.distinct_n === options.jobs, `expected ${options.jobs} jobs, found ${jobs.total} (${jobs.distinct_n} distinct)`);
   const unfinished = Object.entries(counts).filter(([s]) => s !== 'succeeded' && s !== 'dead');
   check(unfinished.length === 0, `unfinished jobs: ${JSON.stringify(Object.fromEntries(unfinished))}`);
@@ -307,7 +307,7 @@ async function verify(counts, chaos, restartsInLog) {
   // No stale completion: a succeeded job's final token is the token of an execution that recorded
   // 'ok' (written before its handler returned), and no claim came after the success.
   const stale = await one(
-    `SELECT count(*)::int AS n FROM pgqueue.jobs j
+    `SELECT count(*)::int AS n FROM pgqueue.job_rows j
      WHERE j.status = 'succeeded' AND NOT EXISTS (
        SELECT 1 FROM crash_executions e WHERE e.job_id = j.id AND e.lease_token = j.lease_token AND e.outcome = 'ok')`,
   );
@@ -322,7 +322,7 @@ async function verify(counts, chaos, restartsInLog) {
                  FROM pgqueue.job_events v WHERE v.job_id = j.id) AS events,
               (SELECT json_agg(json_build_object('k', o.kind, 'w', o.worker, 't', o.lease_token, 'd', o.detail, 'at', o.at_db) ORDER BY o.id)
                  FROM crash_outcomes o WHERE o.job_id = j.id) AS outcomes
-       FROM pgqueue.jobs j
+       FROM pgqueue.job_rows j
        WHERE j.status = 'succeeded' AND NOT EXISTS (
          SELECT 1 FROM crash_executions e WHERE e.job_id = j.id AND e.lease_token = j.lease_token AND e.outcome = 'ok')
        LIMIT 5`,
@@ -330,7 +330,7 @@ async function verify(counts, chaos, restartsInLog) {
     diagnostics.push(...rows);
   }
   const late = await one(
-    `SELECT count(*)::int AS n FROM crash_executions e JOIN pgqueue.jobs j ON j.id = e.job_id
+    `SELECT count(*)::int AS n FROM crash_executions e JOIN pgqueue.job_rows j ON j.id = e.job_id
      WHERE j.status IN ('succeeded', 'dead') AND e.lease_token > j.lease_token`,
   );
   check(late.n === 0, `${late.n} execution(s) under a token newer than the job's final one`);
@@ -341,7 +341,7 @@ async function verify(counts, chaos, restartsInLog) {
   const effects = await one(
     `SELECT (SELECT count(*)::int FROM crash_service_calls) AS calls,
             (SELECT count(*)::int FROM crash_service_effects) AS effects,
-            (SELECT count(*)::int FROM pgqueue.jobs j WHERE j.status = 'succeeded'
+            (SELECT count(*)::int FROM pgqueue.job_rows j WHERE j.status = 'succeeded'
                AND NOT EXISTS (SELECT 1 FROM crash_service_effects f WHERE f.job_id = j.id)) AS succeeded_without_effect`,
   );
   check(effects.succeeded_without_effect === 0, `${effects.succeeded_without_effect} succeeded job(s) without their effect`);
@@ -353,7 +353,7 @@ async function verify(counts, chaos, restartsInLog) {
             count(*) FILTER (WHERE last_error_code <> 'SOAK_POISON' AND attempt_count >= max_attempts)::int AS exhausted,
             count(*) FILTER (WHERE last_error_code <> 'SOAK_POISON' AND attempt_count < max_attempts)::int AS unexplained,
             count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM pgqueue.job_events e WHERE e.job_id = j.id AND e.kind = 'dead'))::int AS without_event
-     FROM pgqueue.jobs j WHERE status = 'dead'`,
+     FROM pgqueue.job_rows j WHERE status = 'dead'`,
   );
   const poisonJobs = Array.from({ length: options.jobs }, (_, n) => n).filter((n) => n % 97 === 5).length;
   check(dead.poison === poisonJobs, `expected ${poisonJobs} poison jobs dead, found ${dead.poison}`);
@@ -389,7 +389,7 @@ async function verify(counts, chaos, restartsInLog) {
 
   const totals = await one(
     `SELECT (SELECT count(*)::int FROM crash_executions) AS executions,
-            (SELECT coalesce(sum(lease_token), 0)::int FROM pgqueue.jobs WHERE queue_name = $1) AS claims,
+            (SELECT coalesce(sum(lease_token), 0)::int FROM pgqueue.job_rows WHERE queue_name = $1) AS claims,
             (SELECT count(*)::int FROM pgqueue.job_events WHERE kind = 'lease_expired') AS leases_expired,
             (SELECT count(*)::int FROM crash_executions WHERE outcome IS NULL) AS runs_never_ended`,
     [QUEUE],

@@ -31,9 +31,19 @@ test('0007 upgrades a live database of the previous schema: no job lost, old sta
   // Today's schema up to 0006, from a copy of the package's files without 0007 and later.
   const before = await migrationsBefore(scratch, '0007');
   await migrate(pool, { schema, migrationsDir: before });
-  // Today's statements stand in for an older process's; they read payload_version (0008) and the
-  // group and flow-control columns (0009), so those are added ahead here as the later migrations add them.
-  await pool.query(`ALTER TABLE ${schema}.jobs ADD COLUMN payload_version integer, ADD COLUMN group_key text, ADD COLUMN parent_id bigint`);
+  // Today's statements stand in for an older process's; they read payload_version (0008), the
+  // group and flow-control columns (0009), the flow and unique columns (0010, 0012), and the
+  // completion moves a job to jobs_succeeded (0014) with every column of jobs, so those are added
+  // ahead here as the later migrations add them.
+  await pool.query(
+    `ALTER TABLE ${schema}.jobs ADD COLUMN payload_version integer, ADD COLUMN group_key text,
+       ADD COLUMN rate_limited_count integer NOT NULL DEFAULT 0, ADD COLUMN parent_id bigint,
+       ADD COLUMN awaiting_children boolean NOT NULL DEFAULT false, ADD COLUMN fail_on_dead_child boolean NOT NULL DEFAULT false,
+       ADD COLUMN result jsonb, ADD COLUMN unique_key text, ADD COLUMN unique_scope text, ADD COLUMN unique_period timestamptz,
+       ADD COLUMN debounce_key text;
+     CREATE TABLE ${schema}.jobs_succeeded (LIKE ${schema}.jobs INCLUDING DEFAULTS, PRIMARY KEY (id));
+     CREATE VIEW ${schema}.job_rows AS SELECT * FROM ${schema}.jobs UNION ALL SELECT * FROM ${schema}.jobs_succeeded;`,
+  );
   await pool.query(`ALTER TABLE ${schema}.queues ADD COLUMN flow boolean NOT NULL DEFAULT false, ADD COLUMN throttled_until timestamptz`);
   expect((await pool.query(`SELECT conname FROM pg_constraint WHERE conrelid = '${schema}.jobs'::regclass AND conname = 'jobs_queue_name_check'`)).rowCount).toBe(1);
 
@@ -48,7 +58,7 @@ test('0007 upgrades a live database of the previous schema: no job lost, old sta
     const completed = await store.completeMany(old, { ids: [done!.id], tokens: [done!.leaseToken], owner: 'w1' });
     expect(completed.rows).toEqual([{ id: done!.id, token: done!.leaseToken, status: 'running', ok: true }]);
     const [running] = await store.claim(old, claimOf('w1'));
-    const states = async () => (await pool.query(`SELECT id::text, status, key_waiting, lease_token::text FROM ${schema}.jobs ORDER BY id`)).rows;
+    const states = async () => (await pool.query(`SELECT id::text, status, key_waiting, lease_token::text FROM ${schema}.job_rows ORDER BY id`)).rows;
     const seen = await states();
     expect(seen.map((r) => r.status)).toEqual(['succeeded', 'running', 'pending', 'pending', 'pending', 'scheduled']);
     expect(seen.map((r) => r.key_waiting)).toEqual([false, false, false, false, true, false]);

@@ -100,7 +100,7 @@ test('a page of a status beside 200,000 retained jobs reads what one walk reads,
   );
   await fx.pool.query('ANALYZE pgqueue.jobs');
   const { rows } = await fx.pool.query(
-    `SELECT finished_at::text AS ts, id::text FROM pgqueue.jobs WHERE queue_name = 'history' ORDER BY finished_at DESC, id DESC OFFSET 150000 LIMIT 1`,
+    `SELECT finished_at::text AS ts, id::text FROM pgqueue.job_rows WHERE queue_name = 'history' ORDER BY finished_at DESC, id DESC OFFSET 150000 LIMIT 1`,
   );
   const statement = createStore('pgqueue').statements.browseSucceeded;
   const buffers = async (after: { sortAt: string; id: string } | null) => {

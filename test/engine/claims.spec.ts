@@ -30,7 +30,7 @@ test('8 concurrent claimers over 5,000 jobs: every (id, lease token) is unique a
   await allRan.next(60_000);
   // A stop waits for the outcome writes still in flight: after it, every completion is in the table.
   await Promise.all(engines.map((q) => q.stop()));
-  const succeeded = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'crowd' AND status = 'succeeded'`);
+  const succeeded = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'crowd' AND status = 'succeeded'`);
   expect(succeeded.rows[0].n).toBe(total);
 
   const pairs = new Set(executions.map((e) => `${e.id}/${e.token}`));
@@ -41,7 +41,7 @@ test('8 concurrent claimers over 5,000 jobs: every (id, lease token) is unique a
   expect(executions.every((e) => e.token === '1')).toBe(true);
   // All eight claimers took part.
   expect(new Set(executions.map((e) => e.engine)).size).toBe(8);
-  const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'crowd' AND lease_token <> 1`);
+  const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'crowd' AND lease_token <> 1`);
   expect(rows[0].n).toBe(0);
 }, 90_000);
 

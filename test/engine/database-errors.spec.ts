@@ -135,7 +135,7 @@ describe('a statement that does not finish within statementTimeoutMs', () => {
   /** A dead job whose row another session holds (FOR UPDATE) until `release()`. */
   async function heldDeadJob(queue: string) {
     await fx.insertJobs(queue, 1, { status: 'dead' });
-    const { rows } = await fx.pool.query<{ id: string }>('SELECT max(id)::text AS id FROM pgqueue.jobs WHERE queue_name = $1', [queue]);
+    const { rows } = await fx.pool.query<{ id: string }>('SELECT max(id)::text AS id FROM pgqueue.job_rows WHERE queue_name = $1', [queue]);
     const id = rows[0]!.id;
     const holder = await fx.pool.connect();
     await holder.query('BEGIN');

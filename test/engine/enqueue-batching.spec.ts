@@ -84,7 +84,7 @@ test("a job the server refuses fails its own call only: the others sharing its s
     const ok = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value as string] : []));
     const jobs = await Promise.all(ok.map((id) => engine.getJob(id)));
     expect(jobs.every((j) => j?.status === 'pending')).toBe(true);
-    const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE payload ? 'many' OR payload ? 'poison'`);
+    const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE payload ? 'many' OR payload ? 'poison'`);
     expect(rows[0].n).toBe(0);
     // The refused shared statement was written again call by call (the test's point: it was shared).
     expect(inserts() - before).toBeGreaterThan(30);

@@ -82,25 +82,25 @@ describe('bad input is refused before any SQL runs, with a clear error, and noth
     ['a string for priority', () => q.enqueue('mail', {}, { priority: '5' as unknown as number }), 'INVALID_JOB_OPTION', /"priority" is "5"/],
   ];
   test.each(cases)('%s', async (_name, call, code, message) => {
-    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n;
+    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n;
     const error = await call().then(
       () => undefined,
       (e: unknown) => e,
     );
     expect(error).toBeInstanceOf(InvalidJobError);
     expect(error).toMatchObject({ code, message: expect.stringMatching(message) });
-    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n).toBe(before);
+    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n).toBe(before);
   });
 
   test('one bad job in a batch rejects the whole batch', async () => {
-    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n;
+    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n;
     await expect(
       q.enqueueMany([
         { queue: 'mail', payload: { ok: true } },
         { queue: 'mail', payload: { bad: 1n } },
       ]),
     ).rejects.toThrow(/jobs\[1\] .*BigInt/);
-    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n).toBe(before);
+    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n).toBe(before);
   });
 });
 

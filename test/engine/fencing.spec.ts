@@ -31,7 +31,7 @@ test("a stale worker's completion, failure and heartbeat change nothing once ano
 
   const bDone = await new Completer(fx.pool, store, 'worker-b', 'pgqueue:wake').complete(id, '8');
   expect(bDone).toEqual({ ok: true });
-  const before = (await fx.pool.query(`SELECT * FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
+  const before = (await fx.pool.query(`SELECT * FROM pgqueue.job_rows WHERE id = $1`, [id])).rows[0];
 
   // A wakes up late. Every fenced write it attempts is refused and recorded.
   const aDone = await new Completer(fx.pool, store, 'worker-a', 'pgqueue:wake').complete(id, '7');
@@ -41,7 +41,7 @@ test("a stale worker's completion, failure and heartbeat change nothing once ano
   const aBeat = await store.heartbeat(fx.pool, { id, owner: 'worker-a', token: '7', leaseMs: 30_000 });
   expect(aBeat).toEqual({ ok: false, reason: 'lease_lost' });
 
-  const after = (await fx.pool.query(`SELECT * FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
+  const after = (await fx.pool.query(`SELECT * FROM pgqueue.job_rows WHERE id = $1`, [id])).rows[0];
   expect(after).toEqual(before);
   expect(after.status).toBe('succeeded');
   expect(after.lease_token).toBe('8');
@@ -56,7 +56,7 @@ test("a stale worker's completion, failure and heartbeat change nothing once ano
 });
 
 test('a second completion under the same token is refused as "finished"; a cancelled job as "cancelled"', async () => {
-  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'; DELETE FROM pgqueue.jobs_succeeded WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 2);
   const [first, second] = await claim('worker-c', 30_000, 2);
   const completer = new Completer(fx.pool, store, 'worker-c', 'pgqueue:wake');
@@ -67,7 +67,7 @@ test('a second completion under the same token is refused as "finished"; a cance
 });
 
 test('a batch with one stale row still completes the others, and reports each row', async () => {
-  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'; DELETE FROM pgqueue.jobs_succeeded WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 5);
   const claimed = await claim('worker-d', 30_000, 5);
   const stale = claimed[2]!;
@@ -77,7 +77,7 @@ test('a batch with one stale row still completes the others, and reports each ro
   );
   expect(outcomes.filter((o) => o.ok)).toHaveLength(4);
   expect(outcomes[2]).toEqual({ ok: false, reason: 'lease_lost' });
-  const statuses = (await fx.pool.query(`SELECT status, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'fence' GROUP BY status ORDER BY status`)).rows;
+  const statuses = (await fx.pool.query(`SELECT status, count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'fence' GROUP BY status ORDER BY status`)).rows;
   expect(statuses).toEqual([
     { status: 'running', n: 1 },
     { status: 'succeeded', n: 4 },
@@ -85,7 +85,7 @@ test('a batch with one stale row still completes the others, and reports each ro
 });
 
 test('a fenced write needs an unexpired lease by database time, even for the rightful owner', async () => {
-  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'; DELETE FROM pgqueue.jobs_succeeded WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 1);
   const [job] = await claim('worker-e', 30_000);
   await expireLease(fx.pool, job!.id);
@@ -94,7 +94,7 @@ test('a fenced write needs an unexpired lease by database time, even for the rig
 });
 
 test('D16: a stale and a current completion of one job in one batch: only the current one is applied', async () => {
-  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'; DELETE FROM pgqueue.jobs_succeeded WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 2);
   const [other, job] = await claim('worker-f', 30_000, 2);
   // One statement in flight at a time: the first completion goes alone, the next two ride one batch.
@@ -112,7 +112,7 @@ test('D16: a stale and a current completion of one job in one batch: only the cu
 });
 
 test('D15: a late completion of a job the reaper killed is a lost lease, not "finished"', async () => {
-  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'; DELETE FROM pgqueue.jobs_succeeded WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 1);
   await fx.pool.query(`UPDATE pgqueue.jobs SET max_attempts = 1 WHERE queue_name = 'fence'`);
   const [job] = await claim('worker-g', 30_000);
@@ -132,7 +132,7 @@ test('D15: a late completion of a job the reaper killed is a lost lease, not "fi
 });
 
 test('D15: a retried completion write counts as applied only when it is known to have committed (not when the job is dead)', async () => {
-  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'; DELETE FROM pgqueue.jobs_succeeded WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 2);
   await fx.pool.query(`UPDATE pgqueue.jobs SET max_attempts = 1 WHERE queue_name = 'fence'`);
   const [committed, killed] = await claim('worker-h', 30_000, 2);
@@ -174,11 +174,11 @@ test('D15: a retried completion write counts as applied only when it is known to
     retrying,
   );
   expect(await afterDeath.complete(killed!.id, killed!.leaseToken)).toEqual({ ok: false, reason: 'lease_lost' });
-  expect((await fx.pool.query(`SELECT status::text FROM pgqueue.jobs WHERE id = $1`, [killed!.id])).rows).toEqual([{ status: 'dead' }]);
+  expect((await fx.pool.query(`SELECT status::text FROM pgqueue.job_rows WHERE id = $1`, [killed!.id])).rows).toEqual([{ status: 'dead' }]);
 });
 
 test('a retried failure or release whose first try committed is known to have happened (its reply was lost), not a lost lease', async () => {
-  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'`);
+  await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'fence'; DELETE FROM pgqueue.jobs_succeeded WHERE queue_name = 'fence'`);
   await fx.insertJobs('fence', 3);
   const [retried, died, released] = await claim('worker-i', 30_000, 3);
   const fail = (job: typeof retried, dead: boolean, owner = 'worker-i') =>

@@ -36,7 +36,7 @@ function overlapMeter() {
 }
 
 async function succeeded(queue: string): Promise<number> {
-  const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = $1 AND status = 'succeeded'`, [queue]);
+  const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = $1 AND status = 'succeeded'`, [queue]);
   return rows[0].n;
 }
 
@@ -70,7 +70,7 @@ test('globalConcurrency holds across two engines: never more running than the li
   let maxRunning = 0;
   const sampling = (async () => {
     while ((await succeeded('global')) < 60) {
-      const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'global' AND status = 'running'`);
+      const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'global' AND status = 'running'`);
       maxRunning = Math.max(maxRunning, rows[0].n);
       await sleep(5);
     }
@@ -113,7 +113,7 @@ test('a rate limit holds over every sliding window of claim times, by database t
   await q.enqueueMany(Array.from({ length: 16 }, (_, n) => ({ queue: 'rated', payload: { n } })));
   await q.start();
   await waitFor(async () => (await succeeded('rated')) === 16, 30_000, 50);
-  const { rows } = await fx.pool.query(`SELECT (extract(epoch FROM claimed_at) * 1000)::float8 AS at FROM pgqueue.jobs WHERE queue_name = 'rated' ORDER BY claimed_at`);
+  const { rows } = await fx.pool.query(`SELECT (extract(epoch FROM claimed_at) * 1000)::float8 AS at FROM pgqueue.job_rows WHERE queue_name = 'rated' ORDER BY claimed_at`);
   const times = rows.map((r) => r.at as number);
   for (let i = 0; i < times.length; i++) {
     // Claims in the window (t - 400 ms, t] ending at each claim.

@@ -18,7 +18,7 @@ beforeAll(async () => {
 afterAll(() => fx.close());
 
 async function statusOf(id: string): Promise<string> {
-  const { rows } = await fx.pool.query(`SELECT status::text AS status FROM pgqueue.jobs WHERE id = $1`, [id]);
+  const { rows } = await fx.pool.query(`SELECT status::text AS status FROM pgqueue.job_rows WHERE id = $1`, [id]);
   return rows[0].status;
 }
 
@@ -117,7 +117,7 @@ test('cancelling the parent cancels its unfinished children and grandchildren; f
   const [done] = await store.claim(fx.pool, claimParams('cx-child', 1));
   await store.completeChild(fx.pool, { id: done!.id, owner: 'explainer', token: done!.leaseToken, result: '"x"' });
   await q.cancel(flow.id, { actor: 'ops', reason: 'wrong order' });
-  const statuses = await fx.pool.query(`SELECT id::text, status::text FROM pgqueue.jobs WHERE id = ANY($1) ORDER BY id`, [
+  const statuses = await fx.pool.query(`SELECT id::text, status::text FROM pgqueue.job_rows WHERE id = ANY($1) ORDER BY id`, [
     [flow.id, flow.children[0]!.id, flow.children[0]!.children[0]!.id, flow.children[1]!.id],
   ]);
   const byId = new Map(statuses.rows.map((r) => [r.id, r.status]));
@@ -146,7 +146,7 @@ test('fan-in of 10,000 children: no child completion waits on its parent row (D4
       const { rows } = await fx.pool.query(
         `SELECT count(*) FILTER (WHERE queue_name = 'fan-child' AND status = 'succeeded')::int AS children,
                 count(*) FILTER (WHERE queue_name = 'fan-other' AND status = 'succeeded')::int AS others
-         FROM pgqueue.jobs WHERE queue_name IN ('fan-child', 'fan-other')`,
+         FROM pgqueue.job_rows WHERE queue_name IN ('fan-child', 'fan-other')`,
       );
       return rows[0].children === CHILDREN && rows[0].others === 100;
     }, 60_000, 100);
@@ -178,7 +178,7 @@ test('fan-in of 10,000 children: no child completion waits on its parent row (D4
 test('bad flows are refused whole, with what to do; nothing is written', async () => {
   const q = fx.make();
   await q.declareQueues(['bad-flow']);
-  const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n;
+  const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n;
   const refusal = (call: Promise<unknown>) => call.then(() => undefined, (error: Error) => error);
   const keyed = await refusal(q.enqueueFlow({ queue: 'bad-flow', payload: {}, children: [{ queue: 'bad-flow', payload: {}, options: { orderingKey: 'k' } as never }] }));
   expect(keyed).toBeInstanceOf(InvalidJobError);
@@ -186,7 +186,7 @@ test('bad flows are refused whole, with what to do; nothing is written', async (
   expect(await refusal(q.enqueueFlow({ queue: 'bad-flow', payload: {}, children: [{ queue: 'no such queue!', payload: {} }] }))).toBeInstanceOf(InvalidJobError);
   expect(await refusal(q.enqueueFlow({ queue: 'bad-flow', payload: {}, children: [{ queue: 'undeclared-q', payload: {} }] }))).toBeInstanceOf(InvalidJobError);
   expect(await refusal(q.enqueueFlow({ queue: 'bad-flow', payload: new Date() }))).toBeInstanceOf(InvalidJobError);
-  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n).toBe(before);
+  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n).toBe(before);
 });
 
 test('a result that is not JSON or over 16 KiB fails the child permanently (INVALID_RESULT)', async () => {

@@ -114,9 +114,9 @@ describe('job definitions on the engine', () => {
     const producer = fx.make();
     await producer.declareQueues(['signups']);
     const id = await producer.enqueue(V2, { to: 'ada@example.com' } as { to: string; name: string });
-    const { rows } = await fx.pool.query(`SELECT payload, payload_version FROM pgqueue.jobs WHERE id = $1`, [id]);
+    const { rows } = await fx.pool.query(`SELECT payload, payload_version FROM pgqueue.job_rows WHERE id = $1`, [id]);
     expect(rows[0]).toEqual({ payload: { to: 'ada@example.com', name: 'friend' }, payload_version: 2 });
-    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n;
+    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n;
     const error = await producer
       .enqueueMany([
         { queue: V2, payload: { to: 'grace@example.com', name: 'G' } },
@@ -125,11 +125,11 @@ describe('job definitions on the engine', () => {
       .catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'INVALID_PAYLOAD', path: 'payload.to' });
     expect((error as Error).message).toMatch(/^jobs\[1\]: .*Nothing was enqueued\./);
-    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n).toBe(before);
+    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n).toBe(before);
     // A plain enqueue has no version.
     const plain = await producer.enqueue('signups', { email: 'old@example.com' });
-    expect((await fx.pool.query(`SELECT payload_version FROM pgqueue.jobs WHERE id = $1`, [plain])).rows[0].payload_version).toBeNull();
-    await fx.pool.query(`DELETE FROM pgqueue.jobs`);
+    expect((await fx.pool.query(`SELECT payload_version FROM pgqueue.job_rows WHERE id = $1`, [plain])).rows[0].payload_version).toBeNull();
+    await fx.pool.query(`DELETE FROM pgqueue.jobs; DELETE FROM pgqueue.jobs_succeeded`);
   });
 
   it('a deploy that changes the shape: jobs queued as version 1 run on the version 2 handler through its upcaster', async () => {

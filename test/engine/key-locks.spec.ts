@@ -103,7 +103,7 @@ test("D17: two handlers that enqueue follow-ups to each other's keys inside ctx.
   expect((await q.getJob(x1!))?.attemptCount).toBe(1);
   expect((await q.getJob(y1!))?.attemptCount).toBe(1);
   // The follow-ups run once their keys are handed on.
-  const followUps = (await fx.pool.query(`SELECT id::text FROM pgqueue.jobs WHERE queue_name = 'd17' AND id NOT IN ($1, $2)`, [x1, y1])).rows;
+  const followUps = (await fx.pool.query(`SELECT id::text FROM pgqueue.job_rows WHERE queue_name = 'd17' AND id NOT IN ($1, $2)`, [x1, y1])).rows;
   expect(followUps).toHaveLength(2);
   await allEnded(signals, followUps.map((r) => r.id as string));
 });
@@ -137,7 +137,9 @@ test("a producer that commits between a completion's snapshot and its lock of th
     release(); // the completion's statement starts, and waits for the head's row
     // PostgreSQL's own view of the lock wait: no engine event says "my statement is waiting".
     await waitFor(
-      async () => (await fx.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%status = ''succeeded''%'`)).rows[0].n > 0,
+      // The completion's DELETE (it moves the row to jobs_succeeded, migration 0014): matched in the
+      // statement's first kilobyte, all pg_stat_activity keeps of its text (track_activity_query_size).
+      async () => (await fx.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM%.jobs AS j%'`)).rows[0].n > 0,
       5_000,
     );
     // A producer adds to key A and commits meanwhile (A's row is free: it does not wait).
@@ -163,7 +165,7 @@ test('producers racing completions of a few hot keys: every job runs and the key
     ids.push(...(await Promise.all(Array.from({ length: 3 }, () => q.enqueue('hot-keys', {}, { orderingKey: keys[enqueued++ % keys.length] })))));
   }
   await allEnded(signals, ids, 'succeeded', 30_000);
-  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'hot-keys' AND status <> 'succeeded'`)).rows[0].n).toBe(0);
+  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'hot-keys' AND status <> 'succeeded'`)).rows[0].n).toBe(0);
   const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.ordering_keys WHERE queue_name = 'hot-keys'`);
   expect(rows[0].n).toBe(0); // every key forgotten: no count was left one too high
 });

@@ -43,7 +43,7 @@ describe('trace context travels with the job', () => {
       return { id: jobId, producerTraceId: span.spanContext().traceId, producerSpanId: span.spanContext().spanId };
     });
     await waitForOutcome(q, id, 'succeeded');
-    const stored = (await fx.pool.query(`SELECT trace_context FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0].trace_context;
+    const stored = (await fx.pool.query(`SELECT trace_context FROM pgqueue.job_rows WHERE id = $1`, [id])).rows[0].trace_context;
     expect(stored.traceparent).toContain(producerTraceId);
     await provider.forceFlush();
     const consumer = exporter.getFinishedSpans().find((s) => s.name === 'process traced');
@@ -61,7 +61,7 @@ test('without an SDK nothing is stored and handlers run as usual', async () => {
   await q.start();
   const id = await q.enqueue('untraced', {});
   await waitForOutcome(q, id, 'succeeded');
-  expect((await fx.pool.query(`SELECT trace_context FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0].trace_context).toBeNull();
+  expect((await fx.pool.query(`SELECT trace_context FROM pgqueue.job_rows WHERE id = $1`, [id])).rows[0].trace_context).toBeNull();
 });
 
 test('the Prometheus exposition carries counters, histograms and the database snapshot', async () => {

@@ -207,7 +207,7 @@ test('retention prunes succeeded jobs in bounded batches and never touches dead,
   expect(await q.pruneOnce()).toBe(6); // bounded: 3 batches of 2
   expect(await q.pruneOnce()).toBe(2);
   expect(await q.pruneOnce()).toBe(0);
-  const { rows } = await fx.pool.query(`SELECT status, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'retention' GROUP BY status ORDER BY status`);
+  const { rows } = await fx.pool.query(`SELECT status, count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'retention' GROUP BY status ORDER BY status`);
   expect(rows).toEqual([
     { status: 'scheduled', n: 2 },
     { status: 'pending', n: 2 },
@@ -231,7 +231,7 @@ test('dead jobs go only by an explicit purge, which records what it removed', as
     { removed: 3, actor: 'ops', reason: 'quarterly cleanup', ids: 3 },
     { removed: 1, actor: 'ops', reason: 'quarterly cleanup', ids: 1 },
   ]);
-  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'purge'`)).rows[0].n).toBe(1);
+  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'purge'`)).rows[0].n).toBe(1);
 });
 
 test('stats report live counts, recently finished ones, the oldest claimable job, dead age, near-expiry, slots, listener, pool and database', async () => {

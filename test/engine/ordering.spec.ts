@@ -37,7 +37,7 @@ test('per-key order holds with 8 concurrent workers over 1,000 keys × 20 jobs, 
   }
   await Promise.all(engines.map((q) => q.start()));
   await waitFor(async () => {
-    const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'ordered' AND status = 'succeeded'`);
+    const { rows } = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'ordered' AND status = 'succeeded'`);
     return rows[0].n === keys * perKey;
   }, 120_000, 200);
 
@@ -147,10 +147,10 @@ test('concurrent producers of one key: ids follow commit order and exactly one h
   const producers = Array.from({ length: 6 }, () => fx.make({ poolSize: 3 }));
   await producers[0]!.declareQueues(['race']);
   await Promise.all(producers.map((p, i) => Promise.all(Array.from({ length: 10 }, (_, j) => p.enqueue('race', { i, j }, { orderingKey: 'K' })))));
-  const { rows } = await fx.pool.query(`SELECT count(*) FILTER (WHERE NOT key_waiting)::int AS heads, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'race'`);
+  const { rows } = await fx.pool.query(`SELECT count(*) FILTER (WHERE NOT key_waiting)::int AS heads, count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'race'`);
   expect(rows[0]).toEqual({ heads: 1, n: 60 });
-  const head = (await fx.pool.query(`SELECT id FROM pgqueue.jobs WHERE queue_name = 'race' AND NOT key_waiting`)).rows[0].id;
-  const min = (await fx.pool.query(`SELECT min(id) AS id FROM pgqueue.jobs WHERE queue_name = 'race'`)).rows[0].id;
+  const head = (await fx.pool.query(`SELECT id FROM pgqueue.job_rows WHERE queue_name = 'race' AND NOT key_waiting`)).rows[0].id;
+  const min = (await fx.pool.query(`SELECT min(id) AS id FROM pgqueue.job_rows WHERE queue_name = 'race'`)).rows[0].id;
   expect(head).toBe(min);
   expect((await fx.pool.query(`SELECT unfinished FROM pgqueue.ordering_keys WHERE queue_name = 'race'`)).rows[0].unfinished).toBe(60);
 });

@@ -14,7 +14,7 @@ beforeAll(async () => {
 });
 afterAll(() => fx.close());
 
-const jobCount = async () => (await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM pgqueue.jobs')).rows[0]!.n;
+const jobCount = async () => (await fx.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM pgqueue.job_rows')).rows[0]!.n;
 
 async function refusal(call: () => Promise<unknown>): Promise<InvalidPayloadError> {
   const error = await call().then(
@@ -81,7 +81,7 @@ test('enqueueMany: one bad payload refuses the batch, naming the job, and writes
 test('null is stored as JSON null (it was a not-null violation, 23502), and reaches the handler as null', async () => {
   const id = await q.enqueue('mail', null);
   expect((await q.getJob(id))?.payload).toBeNull();
-  const { rows } = await fx.pool.query<{ t: string }>('SELECT jsonb_typeof(payload) AS t FROM pgqueue.jobs WHERE id = $1', [id]);
+  const { rows } = await fx.pool.query<{ t: string }>('SELECT jsonb_typeof(payload) AS t FROM pgqueue.job_rows WHERE id = $1', [id]);
   expect(rows[0]!.t).toBe('null');
   const ids = await q.enqueueMany([
     { queue: 'mail', payload: null },

@@ -20,7 +20,7 @@ async function expiredJob(queue: string, fields: { attempt?: number; maxAttempts
   return rows[0]!.id;
 }
 
-const status = async (id: string) => (await fx.pool.query(`SELECT status::text, last_error_code FROM pgqueue.jobs WHERE id = $1`, [id])).rows[0];
+const status = async (id: string) => (await fx.pool.query(`SELECT status::text, last_error_code FROM pgqueue.job_rows WHERE id = $1`, [id])).rows[0];
 
 describe('D1: backoff is bounded for any attempt', () => {
   test('in JS: a huge attempt number gives a finite delay within the cap, even with a zero base', () => {
@@ -46,7 +46,7 @@ describe('D1: backoff is bounded for any attempt', () => {
     expect(await status(huge)).toEqual({ status: 'scheduled', last_error_code: 'LEASE_EXPIRED' });
     expect(await status(hugeZeroBase)).toEqual({ status: 'scheduled', last_error_code: 'LEASE_EXPIRED' });
     expect(await status(other)).toEqual({ status: 'scheduled', last_error_code: 'LEASE_EXPIRED' });
-    const { rows } = await fx.pool.query(`SELECT available_at - now() <= interval '600 seconds' AS bounded FROM pgqueue.jobs WHERE id = ANY($1::bigint[])`, [[huge, hugeZeroBase]]);
+    const { rows } = await fx.pool.query(`SELECT available_at - now() <= interval '600 seconds' AS bounded FROM pgqueue.job_rows WHERE id = ANY($1::bigint[])`, [[huge, hugeZeroBase]]);
     expect(rows).toEqual([{ bounded: true }, { bounded: true }]);
   });
 });

@@ -29,7 +29,7 @@ async function dueSince(name: string, agoMs: number): Promise<number> {
 async function ticksOf(name: string) {
   const { rows } = await fx.pool.query<{ tick: number; job_id: string | null; skipped: boolean; available: number | null }>(
     `SELECT (extract(epoch FROM t.tick_at) * 1000)::float8 AS tick, t.job_id::text, t.skipped, (extract(epoch FROM j.available_at) * 1000)::float8 AS available
-     FROM pgqueue.schedule_ticks t LEFT JOIN pgqueue.jobs j ON j.id = t.job_id WHERE t.schedule_name = $1 ORDER BY t.tick_at`,
+     FROM pgqueue.schedule_ticks t LEFT JOIN pgqueue.job_rows j ON j.id = t.job_id WHERE t.schedule_name = $1 ORDER BY t.tick_at`,
     [name],
   );
   return rows;
@@ -86,7 +86,7 @@ describe('ticks', () => {
     expect(ticks.every((t) => t.job_id !== null && t.available === t.tick)).toBe(true);
     // Consecutive seconds, none twice (the key), none missing.
     for (let i = 1; i < ticks.length; i++) expect(ticks[i]!.tick - ticks[i - 1]!.tick).toBe(1_000);
-    const { rows } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = $1`, [queue]);
+    const { rows } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = $1`, [queue]);
     expect(rows[0]!.n).toBe(ticks.length);
     const record = await engines[0]!.schedules.get('race');
     expect(record!.ticks).toEqual({ run: ticks.length, missed: 0, skipped: 0 });
@@ -160,7 +160,7 @@ describe('ticks', () => {
     await ticker.runOnce();
     const after = await ticksOf('moved-back');
     expect(after.slice(0, 3)).toEqual(first);
-    const { rows } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'moved'`);
+    const { rows } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'moved'`);
     expect(rows[0]!.n).toBe(after.length);
     expect(logger.lines.some((l) => l.includes('already had a job'))).toBe(true);
   });

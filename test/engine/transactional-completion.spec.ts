@@ -235,7 +235,7 @@ test('a heartbeat inside ctx.complete whose transaction rolls back does not exte
       // The handler goes on (a fallback path), honouring its signal: it must be aborted before
       // the database's lease (not renewed) runs out.
       while (!ctx.signal.aborted) {
-        const { rows } = await fx.pool.query(`SELECT lease_expires_at < clock_timestamp() AS expired, status FROM pgqueue.jobs WHERE id = $1`, [job.id]);
+        const { rows } = await fx.pool.query(`SELECT lease_expires_at < clock_timestamp() AS expired, status FROM pgqueue.job_rows WHERE id = $1`, [job.id]);
         if (rows[0].expired || rows[0].status !== 'running') problems.push(JSON.stringify(rows[0]));
         await sleep(25);
       }

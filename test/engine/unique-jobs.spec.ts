@@ -21,7 +21,7 @@ afterAll(() => fx.close());
 /** The jobs of `queue` holding unique key `key` (any state), oldest first. */
 async function jobsOfKey(queue: string, key: string, column = 'unique_key') {
   const { rows } = await fx.pool.query(
-    `SELECT id::text, status::text, payload, unique_period, available_at, created_at FROM pgqueue.jobs WHERE queue_name = $1 AND ${column} = $2 ORDER BY id`,
+    `SELECT id::text, status::text, payload, unique_period, available_at, created_at FROM pgqueue.job_rows WHERE queue_name = $1 AND ${column} = $2 ORDER BY id`,
     [queue, key],
   );
   return rows as { id: string; status: string; payload: unknown; unique_period: Date; available_at: Date; created_at: Date }[];
@@ -107,7 +107,7 @@ describe('enqueue with unique', () => {
     const first = await q.enqueue(Defined, { n: 1 }, { unique: { key: 'defined', while: 'pending' } });
     const again = await q.enqueue(Defined, { n: 2 }, { unique: { key: 'defined', while: 'pending' } });
     expect(again).toEqual({ id: first.id, deduplicated: true });
-    const { rows } = await fx.pool.query(`SELECT payload, payload_version FROM pgqueue.jobs WHERE id = $1`, [first.id]);
+    const { rows } = await fx.pool.query(`SELECT payload, payload_version FROM pgqueue.job_rows WHERE id = $1`, [first.id]);
     expect(rows).toEqual([{ payload: { n: 1 }, payload_version: 3 }]);
   });
 });
@@ -345,7 +345,7 @@ describe('bad input is refused with INVALID_JOB_OPTION naming the option, and no
     ],
   ];
   test.each(cases)('%s', async (_label, call, message) => {
-    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n;
+    const before = (await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n;
     const error = await call().then(
       () => undefined,
       (e: unknown) => e,
@@ -353,6 +353,6 @@ describe('bad input is refused with INVALID_JOB_OPTION naming the option, and no
     expect(error).toBeInstanceOf(InvalidJobError);
     expect(error).toMatchObject({ code: 'INVALID_JOB_OPTION', message: expect.stringMatching(message) });
     expect((error as Error).message).toMatch(/Nothing was enqueued\./);
-    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0].n).toBe(before);
+    expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0].n).toBe(before);
   });
 });

@@ -42,7 +42,7 @@ test("8 producers in separate engines enqueue one key ('unfinished') 1,000 times
     await Promise.all(engines.map((engine, e) => inParallel(perEngine, 3, (i) => engine.enqueue('race', { e, i }, { unique: { key: 'one', while: 'unfinished' } }))))
   ).flat();
   expect(results).toHaveLength(1_000);
-  const { rows } = await fx.pool.query(`SELECT id::text FROM pgqueue.jobs WHERE queue_name = 'race' AND unique_key = 'one'`);
+  const { rows } = await fx.pool.query(`SELECT id::text FROM pgqueue.job_rows WHERE queue_name = 'race' AND unique_key = 'one'`);
   expect(rows).toHaveLength(1);
   expect(results.filter((r) => !r.deduplicated)).toEqual([{ id: rows[0].id, deduplicated: false }]);
   expect(results.filter((r) => r.deduplicated)).toHaveLength(999);
@@ -54,7 +54,7 @@ test('8 producers debouncing one key 400 times leave one job, with one of their 
   const results = (
     await Promise.all(engines.map((engine, e) => inParallel(50, 3, (i) => engine.enqueue('race', { e, i }, { debounce: { key: 'one-debounced', delayMs: 60_000 } }))))
   ).flat();
-  const { rows } = await fx.pool.query(`SELECT id::text, status::text FROM pgqueue.jobs WHERE queue_name = 'race' AND debounce_key = 'one-debounced'`);
+  const { rows } = await fx.pool.query(`SELECT id::text, status::text FROM pgqueue.job_rows WHERE queue_name = 'race' AND debounce_key = 'one-debounced'`);
   expect(rows).toEqual([{ id: expect.any(String), status: 'scheduled' }]);
   expect(results.filter((r) => !r.deduplicated)).toHaveLength(1);
   expect(new Set(results.map((r) => r.id))).toEqual(new Set([rows[0].id]));

@@ -122,7 +122,7 @@ export function newReal(engine: PgQueue, url: string): Real {
 
 /** Empties the tables between runs (identities restarted, so a seed gets the same ids). */
 export async function resetDatabase(real: Real): Promise<void> {
-  await real.pool.query(`TRUNCATE pgqueue.jobs, pgqueue.job_events, pgqueue.ordering_keys, pgqueue.key_handoffs, pgqueue.purges RESTART IDENTITY CASCADE`);
+  await real.pool.query(`TRUNCATE pgqueue.jobs, pgqueue.jobs_succeeded, pgqueue.job_events, pgqueue.job_effects, pgqueue.ordering_keys, pgqueue.key_handoffs, pgqueue.purges RESTART IDENTITY CASCADE`);
   await real.pool.query(`UPDATE pgqueue.queues SET paused_at = NULL WHERE name = $1`, [QUEUE]);
   real.lastEventId = 0;
 }
@@ -188,7 +188,7 @@ async function rows(real: Real): Promise<Map<string, Row>> {
             CASE WHEN lease_expires_at IS NULL THEN NULL WHEN lease_expires_at > clock_timestamp() THEN 'live' ELSE 'expired' END AS lease,
             coalesce(lease_expires_at > deadline_at, false) AS lease_past_deadline,
             ordering_key, key_waiting, attempt_count, release_count, available_at <= clock_timestamp() AS due, max_attempts
-     FROM pgqueue.jobs j ORDER BY j.id`,
+     FROM pgqueue.job_rows j ORDER BY j.id`,
   );
   return new Map(rows.map((r) => [r.id, r]));
 }

@@ -257,7 +257,7 @@ describe('PgQueueModule', () => {
       await drainQueues(given.app);
       await given.app.close();
       opened.splice(opened.indexOf(given.app), 1);
-      const { rows } = await pool.query<{ status: string }>('SELECT status FROM pgqueue.jobs WHERE id = $1', [id]);
+      const { rows } = await pool.query<{ status: string }>('SELECT status FROM pgqueue.job_rows WHERE id = $1', [id]);
       expect(rows[0]!.status).toBe('succeeded');
     } finally {
       await pool.end();

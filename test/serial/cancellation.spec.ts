@@ -44,10 +44,10 @@ test('D9: a cancelled head whose worker never confirms (its handler hangs) holds
   // Real time on purpose: the lease the worker took runs out on its own clock and the database's,
   // and what holds the key until then is what is tested.
   await claimed(testSignals(q), head!);
-  const { lease_expires_at: leaseEnd } = (await fx.pool.query(`SELECT lease_expires_at FROM pgqueue.jobs WHERE id = $1`, [head])).rows[0];
+  const { lease_expires_at: leaseEnd } = (await fx.pool.query(`SELECT lease_expires_at FROM pgqueue.job_rows WHERE id = $1`, [head])).rows[0];
   await q.cancel(head!, { actor: 'operator' });
   await waitForOutcome(q, next!, 'succeeded', 10_000);
-  const { claimed_at: nextClaimedAt } = (await fx.pool.query(`SELECT claimed_at FROM pgqueue.jobs WHERE id = $1`, [next])).rows[0];
+  const { claimed_at: nextClaimedAt } = (await fx.pool.query(`SELECT claimed_at FROM pgqueue.job_rows WHERE id = $1`, [next])).rows[0];
   // By the database's clock: the successor was claimed only once the head's lease had run out.
   expect(nextClaimedAt.getTime()).toBeGreaterThanOrEqual(leaseEnd.getTime());
   const head1 = await q.getJob(head!);
@@ -87,7 +87,7 @@ test("a cancelled attempt's end is found by the job's primary key, even after a 
   await fx.pool.query('ANALYZE pgqueue.jobs');
   // An operator cancels them all; no ANALYZE since: the planner thinks few are cancelled.
   await fx.pool.query(`UPDATE pgqueue.jobs SET status = 'cancelled', finished_at = now() WHERE queue_name = 'mass-cancel'`);
-  const [{ id }] = (await fx.pool.query(`SELECT id::text FROM pgqueue.jobs WHERE queue_name = 'mass-cancel' ORDER BY id DESC LIMIT 1`)).rows;
+  const [{ id }] = (await fx.pool.query(`SELECT id::text FROM pgqueue.job_rows WHERE queue_name = 'mass-cancel' ORDER BY id DESC LIMIT 1`)).rows;
   const { endCancelledAttempt } = createStore('pgqueue').statements;
   const client = await fx.pool.connect();
   try {
@@ -98,6 +98,6 @@ test("a cancelled attempt's end is found by the job's primary key, even after a 
     }
   } finally {
     client.release();
-    await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'mass-cancel'`);
+    await fx.pool.query(`DELETE FROM pgqueue.jobs WHERE queue_name = 'mass-cancel'; DELETE FROM pgqueue.jobs_succeeded WHERE queue_name = 'mass-cancel'`);
   }
 });

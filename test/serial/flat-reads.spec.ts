@@ -182,9 +182,9 @@ describe.each([
   /** The cursor of the dead job halfway through those the filter matches: a page deep into the list. */
   async function middleCursor(fx: Fixture, filter: Filter): Promise<string> {
     const { rows } = await fx.pool.query<{ cursor: string }>(
-      `SELECT finished_at::text || '|' || id AS cursor FROM pgqueue.jobs
+      `SELECT finished_at::text || '|' || id AS cursor FROM pgqueue.job_rows
        WHERE status = 'dead' AND ($1::text IS NULL OR queue_name = $1) AND ($2::text IS NULL OR last_error_code = $2)
-       ORDER BY finished_at, id OFFSET (SELECT count(*) / 2 FROM pgqueue.jobs WHERE status = 'dead'
+       ORDER BY finished_at, id OFFSET (SELECT count(*) / 2 FROM pgqueue.job_rows WHERE status = 'dead'
                                           AND ($1::text IS NULL OR queue_name = $1) AND ($2::text IS NULL OR last_error_code = $2)) LIMIT 1`,
       ['queue' in filter ? filter.queue : null, 'errorCode' in filter ? filter.errorCode : null],
     );

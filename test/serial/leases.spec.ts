@@ -18,7 +18,7 @@ afterAll(() => fx.close());
 const leaseOf = async (id: string) =>
   (
     await fx.pool.query<{ status: string; lease_expires_at: Date | null; deadline_at: Date | null; lease_token: string; now: Date }>(
-      `SELECT status, lease_expires_at, deadline_at, lease_token::text, now() FROM pgqueue.jobs WHERE id = $1`,
+      `SELECT status, lease_expires_at, deadline_at, lease_token::text, now() FROM pgqueue.job_rows WHERE id = $1`,
       [id],
     )
   ).rows[0]!;
@@ -203,7 +203,7 @@ test('D3: prefetched jobs do not spend their lease or an attempt in the buffer (
   q.work('buffered', async (job, ctx) => {
     runs += 1;
     // The handler sees the deadline its attempt really has (a start renewal moves it).
-    const { rows } = await fx.pool.query(`SELECT deadline_at FROM pgqueue.jobs WHERE id = $1`, [job.id]);
+    const { rows } = await fx.pool.query(`SELECT deadline_at FROM pgqueue.job_rows WHERE id = $1`, [job.id]);
     if (rows[0].deadline_at.getTime() !== job.deadlineAt.getTime()) deadlines.push(`${job.id}: ${job.deadlineAt.toISOString()} vs ${rows[0].deadline_at.toISOString()}`);
     await sleep(2_000);
     if (ctx.signal.aborted) throw ctx.signal.reason;
@@ -214,9 +214,9 @@ test('D3: prefetched jobs do not spend their lease or an attempt in the buffer (
   // Every job ran once, on its first attempt: none was aborted, retried or reaped for the time it waited.
   expect(runs).toBe(20);
   expect(deadlines).toEqual([]);
-  const { rows } = await fx.pool.query(`SELECT attempt_count, count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = 'buffered' GROUP BY 1`);
+  const { rows } = await fx.pool.query(`SELECT attempt_count, count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = 'buffered' GROUP BY 1`);
   expect(rows).toEqual([{ attempt_count: 1, n: 20 }]);
-  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_events e JOIN pgqueue.jobs j ON j.id = e.job_id WHERE j.queue_name = 'buffered'`)).rows[0].n).toBe(0);
+  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_events e JOIN pgqueue.job_rows j ON j.id = e.job_id WHERE j.queue_name = 'buffered'`)).rows[0].n).toBe(0);
 }, 60_000);
 
 test('D3: a buffered job whose lease runs out before a slot frees is released without charging its attempt', async () => {

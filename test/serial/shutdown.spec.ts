@@ -81,7 +81,7 @@ describe('graceful shutdown of a Nest process (SIGTERM)', () => {
         expect(history.map((e) => [e.kind, e.fromStatus, e.toStatus, e.errorCode])).toEqual([['released', 'running', 'pending', 'RELEASED']]);
         expect(history[0]!.worker).toMatch(/^shutdown-app:\d+$/);
       }
-      const { rows } = await fixture.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE status = 'running'`);
+      const { rows } = await fixture.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE status = 'running'`);
       expect(rows[0]!.n).toBe(0);
 
       const text = output.text();

@@ -276,7 +276,7 @@ export async function crashFixture(label: string) {
               lease_token::int AS "leaseToken", extract(epoch FROM lease_expires_at) * 1000 AS "leaseExpiresAt",
               extract(epoch FROM claimed_at) * 1000 AS "claimedAt", extract(epoch FROM finished_at) * 1000 AS "finishedAt",
               last_error_code AS "lastErrorCode"
-       FROM pgqueue.jobs WHERE id = $1`,
+       FROM pgqueue.job_rows WHERE id = $1`,
       [id],
     );
     const r = rows[0];
@@ -287,7 +287,7 @@ export async function crashFixture(label: string) {
 
   async function statusCounts(queue?: string): Promise<Record<string, number>> {
     const { rows } = await pool.query<{ status: string; n: number }>(
-      `SELECT status::text, count(*)::int AS n FROM pgqueue.jobs WHERE $1::text IS NULL OR queue_name = $1 GROUP BY status`,
+      `SELECT status::text, count(*)::int AS n FROM pgqueue.job_rows WHERE $1::text IS NULL OR queue_name = $1 GROUP BY status`,
       [queue ?? null],
     );
     return Object.fromEntries(rows.map((r) => [r.status, r.n]));

@@ -157,7 +157,7 @@ export async function runWorkload(options: WorkloadOptions): Promise<WorkloadRes
       ids.forEach((id, i) => kinds.set(id, KINDS[i]!));
       waveIds.push(...ids);
       await waitFor(async () => {
-        const { rows: open } = await direct.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE status NOT IN ('succeeded', 'dead')`);
+        const { rows: open } = await direct.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE status NOT IN ('succeeded', 'dead')`);
         return open[0]!.n === 0;
       }, 30_000, 50);
     }
@@ -166,10 +166,10 @@ export async function runWorkload(options: WorkloadOptions): Promise<WorkloadRes
     const { rows: states } = await direct.query<{ id: string; status: string; attempt_count: number; heartbeat_at: Date | null; side_rows: number }>(
       `SELECT j.id::text AS id, j.status::text AS status, j.attempt_count, j.heartbeat_at,
               (SELECT count(*)::int FROM side_rows s WHERE s.job_id = j.id) AS side_rows
-       FROM pgqueue.jobs j ORDER BY j.id`,
+       FROM pgqueue.job_rows j ORDER BY j.id`,
     );
     const { rows: stray } = await direct.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM side_rows s LEFT JOIN pgqueue.jobs j ON j.id = s.job_id WHERE j.status IS DISTINCT FROM 'succeeded'`,
+      `SELECT count(*)::int AS n FROM side_rows s LEFT JOIN pgqueue.job_rows j ON j.id = s.job_id WHERE j.status IS DISTINCT FROM 'succeeded'`,
     );
     return {
       jobs: states.map((row) => ({

@@ -63,9 +63,10 @@ export class Pruner implements MaintenanceService {
   async runOnce(): Promise<number> {
     let removed = 0;
     for (let batch = 0; batch < this.config.maxBatchesPerPass; batch++) {
-      const deleted = await this.store.pruneSucceeded(this.db, { retentionMs: this.config.retentionMs, limit: this.config.batchSize });
-      removed += deleted;
-      if (deleted < this.config.batchSize) break;
+      const pruned = await this.store.pruneSucceeded(this.db, { retentionMs: this.config.retentionMs, limit: this.config.batchSize });
+      removed += pruned.removed;
+      // A batch of each table per statement (jobs and jobs_succeeded): more may be left while either was full.
+      if (pruned.largestBatch < this.config.batchSize) break;
     }
     if (removed > 0) this.logger.log(`Pruner deleted ${removed} succeeded job(s) past retention.`);
     this.testSignals?.passRan.signal({ removed });

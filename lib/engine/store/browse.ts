@@ -80,9 +80,11 @@ interface BrowseShape {
   descending: boolean;
   /** The index starts with queue_name: the walk is the queue's own jobs. Otherwise the queue is a filter of the walk. */
   queueLed: boolean;
+  /** What is walked: jobs unless given (job_rows for succeeded jobs). */
+  table?: string;
 }
 
-export function browseStatements({ define, s, jobs }: StatementContext) {
+export function browseStatements({ define, s, jobs, jobRows }: StatementContext) {
   /**
    * A page of a queue's jobs of one status, by the status's own partial index, after a keyset
    * cursor ($2 sort value, $3 id), $6 jobs at most, optionally of one error code ($5). The walk
@@ -114,7 +116,7 @@ export function browseStatements({ define, s, jobs }: StatementContext) {
          SELECT j.id, j.queue_name, j.status, j.priority, j.attempt_count, j.max_attempts, j.last_error_code,
                 left(j.last_error_message, 200) AS last_error_message, j.ordering_key, j.lease_owner, j.lease_expires_at,
                 j.available_at, j.created_at, j.finished_at, ${col}::text || '|' || j.id AS cursor
-         FROM ${jobs} j
+         FROM ${shape.table ?? jobs} j
          WHERE ${shape.where} ${shape.queueLed ? 'AND j.queue_name = $1' : ''}
            -- The bound on the sort column alone is what starts the index scan at the cursor (the row
            -- comparison is no index condition of an index without id); the comparison then skips
@@ -148,7 +150,8 @@ export function browseStatements({ define, s, jobs }: StatementContext) {
     browsePending: browse('browse-pending', { where: `j.status = 'pending' AND NOT j.key_waiting`, sortColumn: 'available_at', descending: false, queueLed: true }),
     browseScheduled: browse('browse-scheduled', { where: `j.status = 'scheduled'`, sortColumn: 'available_at', descending: false, queueLed: false }),
     browseRunning: browse('browse-running', { where: `j.status = 'running'`, sortColumn: 'lease_expires_at', descending: false, queueLed: false }),
-    browseSucceeded: browse('browse-succeeded', { where: `j.status = 'succeeded'`, sortColumn: 'finished_at', descending: true, queueLed: false }),
+    // job_rows: most succeeded jobs are in jobs_succeeded (migration 0014), a few stay in jobs.
+    browseSucceeded: browse('browse-succeeded', { where: `j.status = 'succeeded'`, sortColumn: 'finished_at', descending: true, queueLed: false, table: jobRows }),
     browseCancelled: browse('browse-cancelled', { where: `j.status = 'cancelled'`, sortColumn: 'finished_at', descending: true, queueLed: false }),
     browseDead: browse('browse-dead', { where: `j.status = 'dead'`, sortColumn: 'finished_at', descending: true, queueLed: true }),
 
@@ -193,7 +196,8 @@ export function browseStatements({ define, s, jobs }: StatementContext) {
     throughput: define(
       'throughput',
       `WITH succeeded AS (
-         SELECT j.queue_name, j.finished_at FROM ${jobs} j
+         -- job_rows: jobs_succeeded (migration 0014) by its finished_at index, and the few that stay in jobs.
+         SELECT j.queue_name, j.finished_at FROM ${jobRows} j
          WHERE j.status = 'succeeded' AND j.finished_at > now() - ${ms('$1::bigint')}
          ORDER BY j.finished_at DESC LIMIT $3
        ), dead AS (

@@ -166,7 +166,7 @@ function renewal(row: RenewedRow | undefined): FencedOutcome<Renewal> {
   return lost(row?.loss);
 }
 
-export function claimStatements({ define, s, jobs, events }: StatementContext) {
+export function claimStatements({ define, s, jobs, jobRows, events }: StatementContext) {
   return {
     /**
      * The claim: one statement, committed before any handler runs. SKIP LOCKED lets concurrent
@@ -246,9 +246,11 @@ export function claimStatements({ define, s, jobs, events }: StatementContext) {
          RETURNING (extract(epoch FROM j.lease_expires_at - now()) * 1000)::float8 AS lease_ms_left,
                    j.lease_expires_at >= j.deadline_at AS lease_at_deadline, j.deadline_at
        )
+       -- The loss is read from job_rows: a job completed (and moved to jobs_succeeded, migration
+       -- 0014) meanwhile is reported FINISHED, as before.
        SELECT s.lease_ms_left, s.lease_at_deadline, s.deadline_at,
               CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
-       FROM target t LEFT JOIN started s ON true LEFT JOIN ${jobs} j ON j.id = t.id`,
+       FROM target t LEFT JOIN started s ON true LEFT JOIN ${jobRows} j ON j.id = t.id`,
       (p: RenewParams) => [p.id, p.owner, p.token, p.leaseMs],
       (rows: (RenewedRow & { deadline_at: Date | null })[]): FencedOutcome<Renewal & { deadlineAt: Date | null }> => {
         const outcome = renewal(rows[0]);
@@ -273,12 +275,12 @@ export function claimStatements({ define, s, jobs, events }: StatementContext) {
        ), lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
          SELECT j.id, 'lost_fence', j.status, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token', 't.owner')}
-         FROM target t JOIN ${jobs} j ON j.id = t.id
+         FROM target t JOIN ${jobRows} j ON j.id = t.id
          WHERE NOT EXISTS (SELECT 1 FROM renewed)
        )
        SELECT r.lease_ms_left, r.lease_at_deadline,
               CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 't.token', 't.owner')} END AS loss
-       FROM target t LEFT JOIN renewed r ON true LEFT JOIN ${jobs} j ON j.id = t.id`,
+       FROM target t LEFT JOIN renewed r ON true LEFT JOIN ${jobRows} j ON j.id = t.id`,
       (p: RenewParams) => [p.id, p.owner, p.token, p.leaseMs],
       (rows: RenewedRow[]) => renewal(rows[0]),
     ),

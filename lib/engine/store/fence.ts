@@ -88,7 +88,9 @@ export interface LeaseCheck {
   reason: FenceLossReason;
 }
 
-export function fenceStatements({ define, jobs, events }: StatementContext) {
+export function fenceStatements({ define, jobs, jobRows, events }: StatementContext) {
+  // The loss-reporting reads name job_rows, not jobs: a job whose completion moved it to
+  // jobs_succeeded (migration 0014) is reported FINISHED as before, never as missing.
   return {
     /**
      * Takes the fence as a row lock, inside a handler's transactional completion: the row is
@@ -128,7 +130,7 @@ export function fenceStatements({ define, jobs, events }: StatementContext) {
               j.status::text AS status,
               -- The fence still holds (the row may be locked by someone else, see lockFence).
               coalesce(${fence('j', '$1::bigint', '$3::text', '$2::bigint')}, false) AS owned
-       FROM (SELECT 1) AS one LEFT JOIN ${jobs} AS j ON j.id = $1`,
+       FROM (SELECT 1) AS one LEFT JOIN ${jobRows} AS j ON j.id = $1`,
       (p: FenceParams) => [p.id, p.token, p.owner],
       (rows: { loss: string; status: string | null; owned: boolean }[]): FenceState => {
         const row = rows[0];
@@ -152,10 +154,10 @@ export function fenceStatements({ define, jobs, events }: StatementContext) {
        lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
          SELECT j.id, 'lost_fence', j.status, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token', 't.owner')}
-         FROM target t JOIN ${jobs} j ON j.id = t.id
+         FROM target t JOIN ${jobRows} j ON j.id = t.id
        )
        SELECT ${fenceLossOrMissing('j', 't.token', 't.owner')} AS loss
-       FROM target t LEFT JOIN ${jobs} j ON j.id = t.id`,
+       FROM target t LEFT JOIN ${jobRows} j ON j.id = t.id`,
       (p: FenceParams) => [p.id, p.token, p.owner],
       (rows: { loss: string }[]) => decodeLoss(rows[0]?.loss),
     ),
@@ -168,7 +170,7 @@ export function fenceStatements({ define, jobs, events }: StatementContext) {
       'check-leases',
       `SELECT i.id::text AS id, i.token::text AS token,
               ${fenceLossOrMissing('j', 'i.token', '$3')} AS loss
-       FROM unnest($1::bigint[], $2::bigint[]) AS i(id, token) LEFT JOIN ${jobs} j ON j.id = i.id
+       FROM unnest($1::bigint[], $2::bigint[]) AS i(id, token) LEFT JOIN ${jobRows} j ON j.id = i.id
        WHERE j.id IS NULL OR j.status <> 'running' OR j.lease_token <> i.token OR j.lease_owner <> $3`,
       (p: { ids: string[]; tokens: string[]; owner: string }) => [p.ids, p.tokens, p.owner],
       (rows: { id: string; token: string; loss: string }[]): LeaseCheck[] => rows.map((r) => ({ id: r.id, token: r.token, reason: decodeLoss(r.loss) })),

@@ -7,6 +7,19 @@ import { ms, transaction, type Queryable, type StatementContext } from './statem
  * and the release of ordering keys with the promotion of each key's next head.
  */
 
+/**
+ * CTEs that delete the events and effects of the jobs a CTE (`removed`, with an `id` column)
+ * deleted: since migration 0014 no foreign key cascades to them (a moved job's rows point at
+ * jobs_succeeded). `= ANY(ARRAY(…))`: a probe of each table's job_id index per job.
+ */
+export function dropTrail(s: string, removed: string): string {
+  return `trail_events AS (
+         DELETE FROM ${s}.job_events e WHERE e.job_id = ANY (ARRAY(SELECT id FROM ${removed}))
+       ), trail_effects AS (
+         DELETE FROM ${s}.job_effects f WHERE f.job_id = ANY (ARRAY(SELECT id FROM ${removed}))
+       )`;
+}
+
 /** The keys of the jobs a CTE (`finished`) finished, with how many of each: what releaseKeys takes. */
 export function keysOf(finished: string): string {
   return `SELECT queue_name, ordering_key, count(*)::int AS n FROM ${finished} WHERE ordering_key IS NOT NULL GROUP BY 1, 2`;
@@ -95,6 +108,39 @@ export function keyRelease(row: ReleasedKeysRow | undefined): KeyRelease {
   return { queues: row.key_queues ?? [], names: row.key_names ?? [], deferred: row.keys_deferred ?? 0 };
 }
 
+/**
+ * The succeeded jobs that stay in jobs (completed by UPDATE) instead of moving to jobs_succeeded
+ * (migration 0014), and why:
+ *  - a unique key of scope 'ever' is held while the row exists, and only the unique index on jobs
+ *    enforces it (migration 0012): moved, the key would be free again;
+ *  - a flow child: the flow statements (flows.ts) read a parent's children, their status and
+ *    results from jobs, and the pruner keeps a child until its parent finished. (Children complete
+ *    through completeChild, an UPDATE; this covers a child completed any other way.)
+ */
+export function staysInJobs(job: string): string {
+  return `(${job}.parent_id IS NOT NULL OR (${job}.unique_key IS NOT NULL AND ${job}.unique_scope = 'ever'))`;
+}
+
+/**
+ * The columns of jobs, in the order of the table (and of jobs_succeeded, created LIKE jobs): what
+ * completion copies into the history. A migration that adds a column to jobs adds it here, to
+ * jobs_succeeded and to the job_rows view.
+ */
+export const JOB_COLUMNS = [
+  'id', 'queue_name', 'payload', 'status', 'priority', 'available_at', 'attempt_count', 'max_attempts', 'max_runtime_ms',
+  'backoff_base_ms', 'backoff_max_ms', 'lease_owner', 'lease_token', 'lease_expires_at', 'deadline_at', 'claimed_at',
+  'heartbeat_at', 'release_count', 'last_error_code', 'last_error_message', 'created_at', 'finished_at', 'trace_context',
+  'ordering_key', 'key_waiting', 'payload_version', 'group_key', 'rate_limited_count', 'parent_id', 'awaiting_children',
+  'fail_on_dead_child', 'result', 'unique_key', 'unique_scope', 'unique_period', 'debounce_key',
+] as const;
+
+/** What completion changes on a moved row (the rest is copied as it was): the same as the UPDATE of a kept one. */
+const SUCCEEDED_OVERRIDES: Partial<Record<(typeof JOB_COLUMNS)[number], string>> = {
+  status: `'succeeded'`,
+  finished_at: 'now()',
+  lease_expires_at: 'NULL::timestamptz',
+};
+
 /** One row's outcome of a batch completion, by (id, token). */
 export type CompletionRow = { id: string; token: string; /** The row's status before the statement. */ status: string | null } & FencedOutcome;
 
@@ -117,7 +163,7 @@ export interface ReleaseParams extends FenceParams {
   maxFreeReleases: number;
 }
 
-export function finishStatements({ define, s, jobs, events, status }: StatementContext) {
+export function finishStatements({ define, s, jobs, jobsSucceeded, jobRows, events, status }: StatementContext) {
   return {
     /**
      * Completes a batch of jobs in one statement, each row still fenced on its own: a stale row is
@@ -133,16 +179,34 @@ export function finishStatements({ define, s, jobs, events, status }: StatementC
       'complete-many',
       `WITH input AS (
          SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
-       ), done AS (
-         UPDATE ${jobs} AS j
-         SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
+       ), moved AS (
+         -- The common case: the row leaves jobs for jobs_succeeded (migration 0014), so no index of
+         -- jobs takes a new entry. Fenced exactly as the update below.
          -- = ANY($1): a primary-key probe per id, however the planner sizes unnest(). The token is
          -- matched through a hashed subplan, not a join with the input: the planner made that join
          -- a nested loop, O(batch²) comparisons (35 ms of a 500-row batch). coalesce() keeps the IN
          -- a subplan (a bare IN is turned into the same nested-loop semi-join).
+         DELETE FROM ${jobs} AS j
          WHERE j.id = ANY ($1::bigint[]) AND coalesce((j.id, j.lease_token) IN (SELECT id, token FROM input), false)
-           AND ${fenceHolds('j', '$3')}
+           AND ${fenceHolds('j', '$3')} AND NOT ${staysInJobs('j')}
+         RETURNING j.*
+       ), history AS (
+         INSERT INTO ${jobsSucceeded} (${JOB_COLUMNS.join(', ')})
+         SELECT ${JOB_COLUMNS.map((c) => SUCCEEDED_OVERRIDES[c] ?? `m.${c}`).join(', ')}
+         FROM moved m
+       ), kept AS (
+         -- A job that must stay in jobs (staysInJobs) completes by UPDATE, as before 0014. Only
+         -- the ids the DELETE did not take are probed: the common batch (all moved) probes none.
+         UPDATE ${jobs} AS j
+         SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL
+         WHERE j.id = ANY (ARRAY(SELECT i.id FROM input i WHERE i.id NOT IN (SELECT id FROM moved)))
+           AND coalesce((j.id, j.lease_token) IN (SELECT id, token FROM input), false)
+           AND ${fenceHolds('j', '$3')} AND ${staysInJobs('j')}
          RETURNING j.id, j.lease_token AS token, j.queue_name, j.ordering_key
+       ), done AS (
+         SELECT m.id, m.lease_token AS token, m.queue_name, m.ordering_key FROM moved m
+         UNION ALL
+         SELECT k.id, k.token, k.queue_name, k.ordering_key FROM kept k
        ), ${releaseKeys(s, keysOf('done'))}, refused AS (
          -- Only the refused rows are read again: an applied row's status before this statement was
          -- 'running' (the fence says so), and the common batch, all applied, reads nothing more.
@@ -151,7 +215,9 @@ export function finishStatements({ define, s, jobs, events, status }: StatementC
          SELECT i.id, i.token, j.id AS job_id, j.status, j.attempt_count,
                 CASE WHEN j.id IS NULL THEN 'LEASE_LOST' ELSE ${fenceLossCode('j', 'i.token', '$3')} END AS loss
          FROM input i
-           LEFT JOIN LATERAL (SELECT x.id, x.status, x.attempt_count, x.lease_token, x.lease_owner FROM ${jobs} x WHERE x.id = i.id LIMIT 1) j ON true
+           -- job_rows: a moved row is still reported (FINISHED, by this claim: a retried write's
+           -- earlier try committed).
+           LEFT JOIN LATERAL (SELECT x.id, x.status, x.attempt_count, x.lease_token, x.lease_owner FROM ${jobRows} x WHERE x.id = i.id LIMIT 1) j ON true
          WHERE (i.id, i.token) NOT IN (SELECT id, token FROM done)
        ), lost AS (
          INSERT INTO ${events} (job_id, kind, from_status, attempt, lease_token, worker, error_code)
@@ -250,7 +316,8 @@ export function finishStatements({ define, s, jobs, events, status }: StatementC
          FROM moved m CROSS JOIN target t
          UNION ALL
          SELECT j.id, 'lost_fence', j.status, NULL, j.attempt_count, t.token, t.owner, ${fenceLossCode('j', 't.token', 't.owner')}, NULL
-         FROM target t JOIN ${jobs} j ON j.id = t.id
+         -- job_rows: a job another completion moved to jobs_succeeded is reported as before 0014.
+         FROM target t JOIN ${jobRows} j ON j.id = t.id
          WHERE NOT EXISTS (SELECT 1 FROM moved)
        )
        SELECT (SELECT count(*) FROM moved)::int AS applied,
@@ -263,7 +330,7 @@ export function finishStatements({ define, s, jobs, events, status }: StatementC
                 coalesce(j.status = 'dead' AND j.lease_token = t.token AND j.lease_owner = t.owner, false)
                 OR EXISTS (SELECT 1 FROM ${events} e WHERE e.job_id = t.id AND e.lease_token = t.token AND e.worker = t.owner
                              AND e.kind = 'retry_scheduled') END AS already
-       FROM target t LEFT JOIN ${jobs} j ON j.id = t.id`,
+       FROM target t LEFT JOIN ${jobRows} j ON j.id = t.id`,
       (p: FailParams) => [p.id, p.owner, p.token, p.dead, p.delayMs, p.code, p.message],
       // `already`: refused, but an earlier try of this very write committed (its reply was lost).
       (rows: { applied: number; loss: string; already: boolean | null }[]): FencedOutcome<{ already: boolean }> => {

@@ -1,5 +1,5 @@
 import { BACKOFF_MAX_EXPONENT } from '../retry.js';
-import { keyRelease, keysOf, RELEASED_KEYS_COLUMNS, releaseKeys, type ReleasedKeysRow } from './finish.js';
+import { dropTrail, keyRelease, keysOf, RELEASED_KEYS_COLUMNS, releaseKeys, type ReleasedKeysRow } from './finish.js';
 import { ms, none, type StatementContext } from './statement.js';
 
 /** The periodic passes: the reaper, the scheduler, the pruner, and the key handoffs. */
@@ -25,7 +25,7 @@ type ReapedRow = { id: string; queue_name: string; status: string; last_error_co
 const reapedJobs = (rows: ReapedRow[]): ReapedJob[] =>
   rows.map((r) => ({ id: r.id, queue: r.queue_name, status: r.status, code: r.last_error_code, attempt: r.attempt_count }));
 
-export function maintenanceStatements({ define, s, jobs, events, status }: StatementContext) {
+export function maintenanceStatements({ define, s, jobs, jobsSucceeded, events, status }: StatementContext) {
   return {
     /**
      * The reaper's pass: expired leases go back to 'scheduled' after a jittered backoff (the row
@@ -164,8 +164,11 @@ export function maintenanceStatements({ define, s, jobs, events, status }: State
 
     /**
      * Retention: deletes succeeded jobs that finished more than $1 ms ago, oldest first, one
-     * bounded batch ($2) per statement. Dead, running and pending jobs are never touched, nor a
-     * flow's child whose parent has not finished.
+     * bounded batch ($2) of each table per statement: the history (jobs_succeeded, migration
+     * 0014) and the succeeded jobs that stay in jobs (see staysInJobs; and those an older version
+     * completed by UPDATE), with their events and effects (no foreign key cascades any more).
+     * Dead, running and pending jobs are never touched, nor a flow's child whose parent has not
+     * finished.
      */
     pruneSucceeded: define(
       'prune-succeeded',
@@ -177,12 +180,24 @@ export function maintenanceStatements({ define, s, jobs, events, status }: State
          ORDER BY finished_at
          LIMIT $2
          FOR UPDATE SKIP LOCKED
-       ), removed AS (
+       ), removed_jobs AS (
          DELETE FROM ${jobs} AS j USING doomed d WHERE j.id = d.id RETURNING j.id
-       )
-       SELECT count(*)::int AS removed FROM removed`,
+       ), doomed_history AS (
+         SELECT id FROM ${jobsSucceeded}
+         WHERE finished_at < now() - ${ms('$1::bigint')}
+         ORDER BY finished_at
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+       ), removed_history AS (
+         DELETE FROM ${jobsSucceeded} AS h USING doomed_history d WHERE h.id = d.id RETURNING h.id
+       ), removed AS (
+         SELECT id FROM removed_jobs UNION ALL SELECT id FROM removed_history
+       ), ${dropTrail(s, 'removed')}
+       -- The larger of the two batches: a full one ($2) tells the pruner there may be more.
+       SELECT greatest((SELECT count(*) FROM removed_jobs), (SELECT count(*) FROM removed_history))::int AS largest,
+              (SELECT count(*) FROM removed)::int AS removed`,
       (p: { retentionMs: number; limit: number }) => [p.retentionMs, p.limit],
-      (rows: { removed: number }[]) => rows[0]?.removed ?? 0,
+      (rows: { largest: number; removed: number }[]) => ({ removed: rows[0]?.removed ?? 0, largestBatch: rows[0]?.largest ?? 0 }),
     ),
 
     /**

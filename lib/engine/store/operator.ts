@@ -1,6 +1,6 @@
 import type { JobStatus } from '../types.js';
 import type { DeadJobSummary, QueueAuditRecord } from '../records.js';
-import { keyRelease, keysOf, RELEASED_KEYS_COLUMNS, releaseKeys, type ReleasedKeysRow } from './finish.js';
+import { dropTrail, keyRelease, keysOf, RELEASED_KEYS_COLUMNS, releaseKeys, type ReleasedKeysRow } from './finish.js';
 import type { StatementContext } from './statement.js';
 
 /** Operators' calls: pause, cancel and discard, replay, dead jobs' pages, deletion and purges. */
@@ -59,7 +59,7 @@ export interface OperatorCallParams {
   reason: string | null;
 }
 
-export function operatorStatements({ define, s, jobs, events, status }: StatementContext) {
+export function operatorStatements({ define, s, jobs, jobsSucceeded, jobRows, events, status }: StatementContext) {
   /**
    * A page of dead jobs, oldest death first, after a keyset cursor ($1 finished_at, $2 id; NULL
    * for the first page), $3 limit, of the jobs whose `keys` (none, queue_name, last_error_code, or
@@ -129,7 +129,7 @@ export function operatorStatements({ define, s, jobs, events, status }: Statemen
          FOR UPDATE SKIP LOCKED
        ), removed AS (
          DELETE FROM ${jobs} AS j WHERE j.ctid = ANY (ARRAY(SELECT ctid FROM doomed)) RETURNING j.id, j.queue_name, j.ordering_key
-       ), ${releaseKeys(s, keysOf('removed'))}, logged AS (
+       ), ${releaseKeys(s, keysOf('removed'))}, ${dropTrail(s, 'removed')}, logged AS (
          INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
          SELECT $3, $4, 'dead', ${ofQueue ? '$5' : 'NULL'}, $1, count(*), array_agg(id ORDER BY id) FROM removed HAVING count(*) > 0
          RETURNING removed
@@ -220,12 +220,14 @@ export function operatorStatements({ define, s, jobs, events, status }: Statemen
          SELECT count(pg_notify($6, '*cancel:' || t.id)) AS n
          FROM target t JOIN ended e ON e.id = t.id WHERE t.status = 'running'
        )
-       SELECT t.status::text AS previous_status, EXISTS (SELECT 1 FROM ended) AS applied, ${RELEASED_KEYS_COLUMNS}
-       FROM target t CROSS JOIN woken`,
+       -- A job completion moved to jobs_succeeded (migration 0014) is reported as succeeded, not missing.
+       SELECT coalesce((SELECT t.status::text FROM target t), (SELECT h.status::text FROM ${jobsSucceeded} h WHERE h.id = $1)) AS previous_status,
+              EXISTS (SELECT 1 FROM ended) AS applied, ${RELEASED_KEYS_COLUMNS}
+       FROM woken`,
       (p: OperatorCallParams & { id: string; allowed: JobStatus[]; kind: string; channel: string }) => [p.id, p.allowed, p.kind, p.actor, p.reason, p.channel],
       (rows: ({ previous_status: string; applied: boolean } & ReleasedKeysRow)[]) => ({
         /** undefined: no such job. */
-        previousStatus: rows[0]?.previous_status,
+        previousStatus: rows[0]?.previous_status ?? undefined,
         applied: rows[0]?.applied === true,
         keys: keyRelease(rows[0]),
       }),
@@ -262,7 +264,8 @@ export function operatorStatements({ define, s, jobs, events, status }: Statemen
        SELECT i.id::text AS id, r.id IS NOT NULL AS replayed, j.status::text AS status
        FROM input i
          LEFT JOIN replayed r ON r.id = i.id
-         LEFT JOIN ${jobs} j ON j.id = i.id
+         -- job_rows: a succeeded job completion moved (migration 0014) is reported as such, not missing.
+         LEFT JOIN ${jobRows} j ON j.id = i.id
          CROSS JOIN woken
        ORDER BY i.id`,
       (p: OperatorCallParams & { ids: string[]; channel: string }) => [p.ids, p.actor, p.reason, p.channel],
@@ -281,18 +284,24 @@ export function operatorStatements({ define, s, jobs, events, status }: Statemen
      */
     deleteJob: define(
       'delete-job',
-      `WITH removed AS (
+      `WITH removed_job AS (
          DELETE FROM ${jobs} WHERE id = $1 AND status IN ('succeeded', 'dead', 'cancelled')
          RETURNING id, status, queue_name, finished_at,
                    -- Only a dead job, or a cancelled one whose attempt is not over, still holds its
                    -- key; succeeded and other cancelled ones released it.
                    CASE WHEN status = 'dead' OR lease_expires_at IS NOT NULL THEN ordering_key END AS ordering_key
-       ), ${releaseKeys(s, keysOf('removed'))}, logged AS (
+       ), removed_history AS (
+         -- A succeeded job that completion moved to jobs_succeeded (migration 0014): it holds no key.
+         DELETE FROM ${jobsSucceeded} WHERE id = $1
+         RETURNING id, status, queue_name, finished_at, NULL::text AS ordering_key
+       ), removed AS (
+         SELECT * FROM removed_job UNION ALL SELECT * FROM removed_history
+       ), ${releaseKeys(s, keysOf('removed'))}, ${dropTrail(s, 'removed')}, logged AS (
          INSERT INTO ${s}.purges (actor, reason, status, queue_name, older_than, removed, removed_ids)
          SELECT $2, $3, status, queue_name, finished_at, 1, ARRAY[id] FROM removed
        )
        SELECT (SELECT count(*) FROM removed)::int AS removed,
-              (SELECT status::text FROM ${jobs} WHERE id = $1) AS status, ${RELEASED_KEYS_COLUMNS}`,
+              (SELECT status::text FROM ${jobRows} WHERE id = $1) AS status, ${RELEASED_KEYS_COLUMNS}`,
       (p: OperatorCallParams & { id: string }) => [p.id, p.actor, p.reason],
       (rows: ({ removed: number; status: string | null } & ReleasedKeysRow)[]) => ({
         removed: rows[0]?.removed ?? 0,

@@ -81,7 +81,7 @@ type QueueStatsRow = {
   blocked_keys: number;
 };
 
-export function readStatements({ define, s, jobs, events }: StatementContext) {
+export function readStatements({ define, s, jobs, jobsSucceeded, jobRows, events }: StatementContext) {
   return {
     getJob: define(
       'get-job',
@@ -90,7 +90,8 @@ export function readStatements({ define, s, jobs, events }: StatementContext) {
               nullif(available_at, 'infinity') AS available_at, attempt_count, max_attempts, lease_owner, lease_token::text AS lease_token, lease_expires_at,
               deadline_at, claimed_at, heartbeat_at, release_count, last_error_code, last_error_message,
               created_at, finished_at, group_key, parent_id::text AS parent_id, awaiting_children
-       FROM ${jobs} WHERE id = $1`,
+       -- job_rows: a succeeded job may be in jobs_succeeded (migration 0014).
+       FROM ${jobRows} WHERE id = $1`,
       (p: { id: string }) => [p.id],
       (rows: JobRow[]): JobRecord | undefined => {
         const row = rows[0];
@@ -216,6 +217,10 @@ export function readStatements({ define, s, jobs, events }: StatementContext) {
          UNION ALL
          SELECT queue_name, 'succeeded', count(*), NULL FROM ${jobs}
          WHERE status = 'succeeded' AND finished_at > now() - ${ms('$2::bigint')} GROUP BY 1
+         UNION ALL
+         -- The history of 0014 (its finished_at index); the succeeded jobs that stay in jobs are counted above.
+         SELECT queue_name, 'succeeded', count(*), NULL FROM ${jobsSucceeded}
+         WHERE finished_at > now() - ${ms('$2::bigint')} GROUP BY 1
          UNION ALL
          SELECT queue_name, 'cancelled', count(*), NULL FROM ${jobs}
          WHERE status = 'cancelled' AND finished_at > now() - ${ms('$2::bigint')} GROUP BY 1

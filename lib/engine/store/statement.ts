@@ -89,6 +89,13 @@ export interface StatementContext {
   /** The schema, quoted: the only text interpolated into SQL. Everything else is a bound parameter. */
   readonly s: string;
   readonly jobs: string;
+  /** Succeeded jobs that left jobs at completion (migration 0014). */
+  readonly jobsSucceeded: string;
+  /**
+   * Every job, in jobs or in jobs_succeeded (the view of 0014): what a read that must see
+   * finished jobs names. Never written.
+   */
+  readonly jobRows: string;
   readonly events: string;
   readonly status: string;
   readonly statementTimeoutMs: number;
@@ -111,6 +118,8 @@ export function statementContext(schemaName: string, options: StoreOptions): Sta
     schema,
     s,
     jobs: `${s}.jobs`,
+    jobsSucceeded: `${s}.jobs_succeeded`,
+    jobRows: `${s}.job_rows`,
     events: `${s}.job_events`,
     status: `${s}.job_status`,
     statementTimeoutMs: options.statementTimeoutMs,

@@ -60,7 +60,7 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
   started = performance.now();
   await client.query('ANALYZE pgqueue.jobs');
   const analyzeMs = performance.now() - started;
-  const counts = (await fx.pool.query<{ status: string; n: number }>(`SELECT status::text, count(*)::int AS n FROM pgqueue.jobs GROUP BY 1`)).rows;
+  const counts = (await fx.pool.query<{ status: string; n: number }>(`SELECT status::text, count(*)::int AS n FROM pgqueue.job_rows GROUP BY 1`)).rows;
   expect(Object.fromEntries(counts.map((r) => [r.status, r.n]))).toEqual({ pending: 1_010_000, scheduled: 1_000_000 });
 
   const bigPlan = await explainClaim(client, store, 'backlog', LIMIT);
@@ -116,7 +116,7 @@ test('10. a backlog of 1,000,000 ready + 1,000,000 delayed jobs: flat claims on 
   for (const pass of passes) expect(pass.batches).toBeLessThanOrEqual(reaper.maxBatchesPerPass);
   const events = await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_events WHERE kind = 'lease_expired'`);
   expect(events.rows[0].n).toBe(10_000);
-  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE status = 'running'`)).rows[0].n).toBe(0);
+  expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE status = 'running'`)).rows[0].n).toBe(0);
 
   console.log(
     JSON.stringify({

@@ -81,7 +81,7 @@ async function healthyJob(): Promise<void> {
   healthy.push(await q.enqueue('catalogue', { case: 'healthy' }));
 }
 
-const jobCount = async () => (await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs`)).rows[0]!.n;
+const jobCount = async () => (await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows`)).rows[0]!.n;
 
 async function refusal(call: () => Promise<unknown>): Promise<unknown> {
   return call().then(
@@ -213,11 +213,11 @@ describe('handlers: what a handler throws, returns or never does has a defined o
 
   test('every healthy job enqueued alongside the bad input succeeded, once', async () => {
     await waitFor(async () => {
-      const { rows } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE id = ANY($1) AND status = 'succeeded'`, [healthy]);
+      const { rows } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE id = ANY($1) AND status = 'succeeded'`, [healthy]);
       return rows[0]!.n === healthy.length;
     }, 15_000);
     expect(healthy.length).toBeGreaterThan(30);
-    const { rows } = await fx.pool.query(`SELECT attempt_count, lease_token::int AS token FROM pgqueue.jobs WHERE id = ANY($1) AND (attempt_count <> 1 OR lease_token <> 1)`, [healthy]);
+    const { rows } = await fx.pool.query(`SELECT attempt_count, lease_token::int AS token FROM pgqueue.job_rows WHERE id = ANY($1) AND (attempt_count <> 1 OR lease_token <> 1)`, [healthy]);
     expect(rows).toEqual([]);
     expect(handled.filter((c) => c === 'healthy')).toHaveLength(healthy.length);
   });

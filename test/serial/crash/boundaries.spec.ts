@@ -35,7 +35,7 @@ const fast = (extra: Partial<HandlerOptions> = {}): Partial<HandlerOptions> => (
 
 const runningOwnedBy = async (queue: string, owner: string) =>
   (
-    await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = $1 AND status = 'running' AND lease_owner = $2`, [
+    await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = $1 AND status = 'running' AND lease_owner = $2`, [
       queue,
       owner,
     ])
@@ -167,7 +167,7 @@ describe('5. heartbeats lost during active work (the worker is cut off: sessions
     const [id] = await fx.enqueue(queue, 1);
     const b = await fx.startWorker({ name: `beats-rescuer-${honour ? 'honour' : 'ignore'}-${partition}`, queues: [{ name: queue, behaviour: { kind: 'noop' }, options }] });
     // Heartbeats work at first: the lease was renewed once by a write.
-    await waitFor(async () => (await fx.pool.query(`SELECT 1 FROM pgqueue.jobs WHERE id = $1 AND heartbeat_at IS NOT NULL`, [id])).rowCount === 1, 10_000, 5);
+    await waitFor(async () => (await fx.pool.query(`SELECT 1 FROM pgqueue.job_rows WHERE id = $1 AND heartbeat_at IS NOT NULL`, [id])).rowCount === 1, 10_000, 5);
     let terminated = 0;
     if (partition === 'cut') {
       a.proxy!.cut();
@@ -334,7 +334,7 @@ test('6. retries exhausted (by crashes, and by failures): a visible dead row wit
   // than one statement (the leases then expire a moment apart) and a later pass takes the rest:
   // the pages must follow listDead's own order, (finished_at, id), whatever the batches were.
   const { rows: byDeath } = await fx.pool.query<{ id: string }>(
-    `SELECT j.id::text AS id FROM pgqueue.jobs j WHERE j.queue_name = 'exhausted-mass' AND j.status = 'dead' ORDER BY j.finished_at, j.id`,
+    `SELECT j.id::text AS id FROM pgqueue.job_rows j WHERE j.queue_name = 'exhausted-mass' AND j.status = 'dead' ORDER BY j.finished_at, j.id`,
   );
   expect([...listed].sort((a, b) => Number(a) - Number(b))).toEqual([...mass].sort((a, b) => Number(a) - Number(b)));
   expect(listed).toEqual(byDeath.map((r) => r.id));

@@ -17,15 +17,16 @@ beforeAll(async () => {
     CREATE TABLE flow_attempts (job_id bigint, token bigint, group_key text, claimed_at timestamptz, ended_at timestamptz);
     CREATE FUNCTION record_flow_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-      IF NEW.status = 'running' AND (OLD.status <> 'running' OR OLD.lease_token <> NEW.lease_token) THEN
+      IF TG_OP = 'UPDATE' AND NEW.status = 'running' AND (OLD.status <> 'running' OR OLD.lease_token <> NEW.lease_token) THEN
         INSERT INTO flow_attempts VALUES (NEW.id, NEW.lease_token, NEW.group_key, NEW.claimed_at, NULL);
       END IF;
-      IF OLD.status = 'running' AND NEW.status <> 'running' THEN
+      -- A completion deletes the row (it moves to jobs_succeeded, migration 0014).
+      IF OLD.status = 'running' AND (TG_OP = 'DELETE' OR NEW.status <> 'running') THEN
         UPDATE flow_attempts SET ended_at = clock_timestamp() WHERE job_id = OLD.id AND token = OLD.lease_token;
       END IF;
       RETURN NULL;
     END $$;
-    CREATE TRIGGER record_flow_attempt AFTER UPDATE ON pgqueue.jobs FOR EACH ROW EXECUTE FUNCTION record_flow_attempt();
+    CREATE TRIGGER record_flow_attempt AFTER UPDATE OR DELETE ON pgqueue.jobs FOR EACH ROW EXECUTE FUNCTION record_flow_attempt();
   `);
 });
 afterAll(() => fx?.close());
@@ -118,7 +119,7 @@ test('2 groups × 300 jobs at 100 claims per second per group across 3 processes
   expect(await fx.statusCounts(queue)).toEqual({ succeeded: 600 });
   const { rows } = await fx.pool.query<{ group_key: string; at: number }>(
     `SELECT a.group_key, (extract(epoch FROM a.claimed_at) * 1e6)::float8 AS at FROM flow_attempts a
-     JOIN pgqueue.jobs j ON j.id = a.job_id WHERE j.queue_name = $1 ORDER BY a.claimed_at`,
+     JOIN pgqueue.job_rows j ON j.id = a.job_id WHERE j.queue_name = $1 ORDER BY a.claimed_at`,
     [queue],
   );
   expect(rows).toHaveLength(600);

@@ -31,7 +31,7 @@ test('1. concurrent claimers in 4 processes: every (job id, lease token) is uniq
   expect(runs.length).toBe(ids.length);
   expect(runs.every((r) => r.outcome === 'ok')).toBe(true);
   const { rows } = await fx.pool.query<{ mismatched: number }>(
-    `SELECT count(*)::int AS mismatched FROM pgqueue.jobs j JOIN crash_executions e ON e.job_id = j.id
+    `SELECT count(*)::int AS mismatched FROM pgqueue.job_rows j JOIN crash_executions e ON e.job_id = j.id
      WHERE j.queue_name = 'claims' AND (j.status <> 'succeeded' OR j.lease_token <> e.lease_token)`,
   );
   expect(rows[0]!.mismatched).toBe(0);
@@ -140,7 +140,7 @@ test('8. a flood of high-priority jobs against the fairness policy: fairShare bo
 
   const dbNow = async () => (await fx.pool.query<{ t: string }>(`SELECT clock_timestamp()::text AS t`)).rows[0]!.t;
   const pendingHigh = async (queue: string) =>
-    (await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = $1 AND status = 'pending' AND priority = $2`, [queue, HIGH]))
+    (await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = $1 AND status = 'pending' AND priority = $2`, [queue, HIGH]))
       .rows[0]!.n;
 
   const measured: { queue: string; share: number; minBacklog: number; rows: { waited: number; older: number; highAfter: number; afterFlood: boolean }[] }[] = [];
@@ -167,19 +167,19 @@ test('8. a flood of high-priority jobs against the fairness policy: fairShare bo
     await fx.drained(queue, 60_000);
     expect(await fx.statusCounts(queue)).toEqual({ succeeded: TOTAL_HIGH + LOWS });
     // One claim per job (no retries), so claimed_at is the claim that ran it.
-    const { rows: retried } = await fx.pool.query(`SELECT id FROM pgqueue.jobs WHERE queue_name = $1 AND attempt_count <> 1`, [queue]);
+    const { rows: retried } = await fx.pool.query(`SELECT id FROM pgqueue.job_rows WHERE queue_name = $1 AND attempt_count <> 1`, [queue]);
     expect(retried).toEqual([]);
 
     // Per low job J: waited = W(J); older = A (jobs older than J claimed after T: claimable at T,
     // or locked then by a claim that started after T); highAfter = high jobs claimed after J.
     const { rows } = await fx.pool.query<{ id: string; waited: number; older: number; highAfter: number; afterFlood: boolean }>(
       `SELECT j.id::text,
-              (SELECT count(*) FROM pgqueue.jobs o WHERE o.queue_name = j.queue_name AND o.claimed_at > $2::timestamptz AND o.claimed_at < j.claimed_at)::int AS waited,
-              (SELECT count(*) FROM pgqueue.jobs o WHERE o.queue_name = j.queue_name AND (o.available_at, o.id) < (j.available_at, j.id)
+              (SELECT count(*) FROM pgqueue.job_rows o WHERE o.queue_name = j.queue_name AND o.claimed_at > $2::timestamptz AND o.claimed_at < j.claimed_at)::int AS waited,
+              (SELECT count(*) FROM pgqueue.job_rows o WHERE o.queue_name = j.queue_name AND (o.available_at, o.id) < (j.available_at, j.id)
                  AND o.claimed_at > $2::timestamptz)::int AS older,
-              (SELECT count(*) FROM pgqueue.jobs o WHERE o.queue_name = j.queue_name AND o.priority > j.priority AND o.claimed_at > j.claimed_at)::int AS "highAfter",
+              (SELECT count(*) FROM pgqueue.job_rows o WHERE o.queue_name = j.queue_name AND o.priority > j.priority AND o.claimed_at > j.claimed_at)::int AS "highAfter",
               j.claimed_at > $3::timestamptz AS "afterFlood"
-       FROM pgqueue.jobs j WHERE j.id = ANY($1) ORDER BY j.id`,
+       FROM pgqueue.job_rows j WHERE j.id = ANY($1) ORDER BY j.id`,
       [lows, t, floodEnded],
     );
     expect(rows).toHaveLength(LOWS);
@@ -238,7 +238,7 @@ describe('9. every listener disconnected: periodic polling still drains all comm
       await during?.();
       await fx.drained(queue, 20_000);
       const { rows } = await fx.pool.query<{ ms: number }>(
-        `SELECT extract(epoch FROM e.started_db - j.created_at) * 1000 AS ms FROM crash_executions e JOIN pgqueue.jobs j ON j.id = e.job_id WHERE j.id = ANY($1)`,
+        `SELECT extract(epoch FROM e.started_db - j.created_at) * 1000 AS ms FROM crash_executions e JOIN pgqueue.job_rows j ON j.id = e.job_id WHERE j.id = ANY($1)`,
         [ids],
       );
       latencies.push(...rows.map((r) => Number(r.ms)));

@@ -48,17 +48,17 @@ test('a parent with 1,000 children across 3 processes with kills: claimed after 
   expect(await fx.statusCounts('fl-parent')).toEqual({ succeeded: 1 });
 
   const { rows: times } = await fx.pool.query<{ last_child: number; parent_claimed: number }>(
-    `SELECT (SELECT (extract(epoch FROM max(finished_at)) * 1e6)::float8 FROM pgqueue.jobs WHERE parent_id = $1) AS last_child,
+    `SELECT (SELECT (extract(epoch FROM max(finished_at)) * 1e6)::float8 FROM pgqueue.job_rows WHERE parent_id = $1) AS last_child,
             (SELECT (extract(epoch FROM min(started_db)) * 1e6)::float8 FROM crash_executions WHERE job_id = $1) AS parent_claimed`,
     [flow.id],
   );
   // Every execution of the parent started after the last child's success was written.
   expect(times[0]!.parent_claimed).toBeGreaterThan(times[0]!.last_child);
-  const { rows: claims } = await fx.pool.query<{ claimed: number }>(`SELECT (extract(epoch FROM claimed_at) * 1e6)::float8 AS claimed FROM pgqueue.jobs WHERE id = $1`, [flow.id]);
+  const { rows: claims } = await fx.pool.query<{ claimed: number }>(`SELECT (extract(epoch FROM claimed_at) * 1e6)::float8 AS claimed FROM pgqueue.job_rows WHERE id = $1`, [flow.id]);
   expect(claims[0]!.claimed).toBeGreaterThan(times[0]!.last_child);
 
   // It succeeded once: one execution under its final token ended ok, and that one saw every result.
-  const { rows: finalToken } = await fx.pool.query<{ token: number }>(`SELECT lease_token::int AS token FROM pgqueue.jobs WHERE id = $1`, [flow.id]);
+  const { rows: finalToken } = await fx.pool.query<{ token: number }>(`SELECT lease_token::int AS token FROM pgqueue.job_rows WHERE id = $1`, [flow.id]);
   const runs = await fx.executions([flow.id]);
   const final = runs.filter((r) => r.token === finalToken[0]!.token);
   expect(final).toHaveLength(1);

@@ -53,7 +53,7 @@ test('200 keys × 10 jobs over 3 processes, one SIGKILLed mid-run and restarted:
   const runs = await fx.executions(ids);
   const byJob = new Map<string, ExecutionRow[]>();
   for (const r of runs) byJob.set(r.jobId, [...(byJob.get(r.jobId) ?? []), r]);
-  const { rows: finals } = await fx.pool.query<{ id: string; token: number }>(`SELECT id::text, lease_token::int AS token FROM pgqueue.jobs WHERE id = ANY($1)`, [ids]);
+  const { rows: finals } = await fx.pool.query<{ id: string; token: number }>(`SELECT id::text, lease_token::int AS token FROM pgqueue.job_rows WHERE id = ANY($1)`, [ids]);
   const finalToken = new Map(finals.map((r) => [r.id, r.token]));
 
   // The crash did hit running work: executions the victim started and never ended, recovered by others.

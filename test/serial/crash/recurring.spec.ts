@@ -37,12 +37,12 @@ async function jobsBySecond(queue: string): Promise<Map<number, { n: number; lat
   const { rows } = await fx.pool.query<{ s: number; n: number; late: number }>(
     `SELECT (extract(epoch FROM t.tick_at))::float8 AS s, count(j.id)::int AS n,
             max(extract(epoch FROM j.created_at - t.tick_at) * 1000)::float8 AS late
-     FROM pgqueue.jobs j JOIN pgqueue.schedule_ticks t ON t.job_id = j.id
+     FROM pgqueue.job_rows j JOIN pgqueue.schedule_ticks t ON t.job_id = j.id
      WHERE j.queue_name = $1 GROUP BY t.tick_at`,
     [queue],
   );
   // Every job of the queue is a tick's (nothing else enqueues there), and no tick names two.
-  const { rows: all } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.jobs WHERE queue_name = $1`, [queue]);
+  const { rows: all } = await fx.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM pgqueue.job_rows WHERE queue_name = $1`, [queue]);
   expect(rows.reduce((sum, r) => sum + r.n, 0)).toBe(all[0]!.n);
   return new Map(rows.map((r) => [r.s, { n: r.n, lateMs: r.late }]));
 }
