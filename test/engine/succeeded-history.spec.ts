@@ -53,7 +53,7 @@ test('the fence still refuses stale, foreign and expired completions, reports wh
   try {
     const claimed = await store.claim(client, claimParams('fenced', 4));
     expect(claimed).toHaveLength(4);
-    const [a, b, c, d] = claimed as [(typeof claimed)[number], (typeof claimed)[number], (typeof claimed)[number], (typeof claimed)[number]];
+    const [a, b, c, d] = [...claimed] as [(typeof claimed)[number], (typeof claimed)[number], (typeof claimed)[number], (typeof claimed)[number]];
     // c's lease ran out (database time decides); d is completed by someone else's name.
     await fx.pool.query(`UPDATE pgqueue.jobs SET lease_expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, [c.id]);
     const stale = String(Number(b.leaseToken) - 1);
