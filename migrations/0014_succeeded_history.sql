@@ -25,7 +25,8 @@
 -- Compatible with the previous version (docs/migrations.md, 0014): an older process completes by
 -- UPDATE and leaves succeeded rows in jobs, which job_rows shows and the new pruner prunes from
 -- both tables. An older process does not see moved jobs in its own reads (get, stats), and its
--- pruner no longer cascades to events and effects (the new pruner deletes those orphans too).
+-- pruner no longer cascades to events and effects: it leaves those rows behind (small, harmless;
+-- no pruner of this version looks for them).
 -- Moving the existing succeeded rows rewrites them under the statement's locks: on a very large
 -- history, prune it first (or take the upgrade at a quiet time).
 
