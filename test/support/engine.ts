@@ -25,10 +25,7 @@ export async function engineFixture(label: string) {
   const database: TestDatabase = await createTestDatabase(label);
   const pool = new pg.Pool({ connectionString: database.url, max: 10 });
   // Dropping the database at the end terminates sessions that are still closing; not an error here.
-  // The pool hears its idle clients; a client pool.end() already let go hears its own (see
-  // migrationTestSetup in database.ts).
   pool.on('error', () => {});
-  pool.on('connect', (client) => client.on('error', () => {}));
   const engines: PgQueue[] = [];
   const make = (options: Partial<PgQueueOptions> = {}) => {
     const engine = new PgQueue({
