@@ -179,7 +179,13 @@ describe('scopes: how long a job holds its key', () => {
     expect(await w.enqueue('scope-ever', {}, key)).toEqual({ id: job.id, deduplicated: true });
     // Past retention (its finish moved an hour back, rather than waiting), the pruner deletes it.
     await fx.pool.query(`UPDATE pgqueue.jobs SET finished_at = finished_at - interval '2 hours' WHERE id = $1`, [job.id]);
-    const pruned = await w.pruneOnce();
+    // The pruner takes its rows FOR UPDATE SKIP LOCKED: a row another transaction holds at that
+    // instant is left for a later pass (seen once in CI), so a few passes, not exactly one.
+    let pruned = 0;
+    for (let pass = 0; pass < 50 && (await w.getJob(job.id)) !== undefined; pass++) {
+      pruned += await w.pruneOnce();
+      if ((await w.getJob(job.id)) !== undefined) await new Promise((r) => setTimeout(r, 100));
+    }
     expect(await w.getJob(job.id)).toBeUndefined();
     expect(pruned).toBeGreaterThan(0);
     expect((await w.enqueue('scope-ever', {}, key)).deduplicated).toBe(false);
