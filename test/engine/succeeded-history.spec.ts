@@ -1,4 +1,5 @@
 import { createStore } from '../../lib/engine/store/index.js';
+import { JOB_COLUMNS } from '../../lib/engine/store/finish.js';
 import { claimParams } from '../support/claim-plan.js';
 import { engineFixture, waitForOutcome } from '../support/engine.js';
 
@@ -176,4 +177,12 @@ test("an operator's delete of a moved job removes it with its trail; cancel and 
   expect(await q.getJob(job.id)).toBeUndefined();
   expect((await fx.pool.query(`SELECT count(*)::int AS n FROM pgqueue.job_events WHERE job_id = $1`, [job.id])).rows[0].n).toBe(0);
   expect((await q.getJob(other.id))?.status).toBe('succeeded');
+});
+
+test("completion's column list is every column of jobs and of jobs_succeeded, in order (a migration that adds one must add it to all three)", async () => {
+  const columns = async (table: string) =>
+    (await fx.pool.query<{ c: string }>(`SELECT column_name AS c FROM information_schema.columns WHERE table_schema = 'pgqueue' AND table_name = $1 ORDER BY ordinal_position`, [table])).rows.map((r) => r.c);
+  expect(await columns('jobs')).toEqual([...JOB_COLUMNS]);
+  expect(await columns('jobs_succeeded')).toEqual([...JOB_COLUMNS]);
+  expect(await columns('job_rows')).toEqual([...JOB_COLUMNS]);
 });
